@@ -1,0 +1,106 @@
+"""Argument checks shared by both backends.
+
+The pure twin calls these on every argument; the Rust binding calls them only on the slow
+path (an argument that is not a plain in-range ``int``), so both raise the same exception
+class with the same message from one table (``_messages.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+from pathlib import Path
+from typing import Any, NoReturn
+
+MESSAGES: dict[str, str] = json.loads(
+    (Path(__file__).with_name("_messages.json")).read_text(encoding="utf-8")
+)
+
+U64_MAX = (1 << 64) - 1
+U128_MAX = (1 << 128) - 1
+I64_MIN = -(1 << 63)
+I64_MAX = (1 << 63) - 1
+
+
+def message(key: str, /, **fields: Any) -> str:
+    """Render the message ``key`` of the table with ``fields``."""
+    return MESSAGES[key].format(**fields)
+
+
+def _not_int(name: str, value: object) -> NoReturn:
+    raise TypeError(
+        message("not_int", name=name, type_name=type(value).__name__, value_repr=repr(value))
+    )
+
+
+def _index(name: str, value: object) -> int:
+    """``operator.index(value)``, refusing ``bool`` (a flag is not a count)."""
+    if isinstance(value, bool):
+        _not_int(name, value)
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        _not_int(name, value)
+
+
+def as_u64(name: str, value: object) -> int:
+    """Return ``value`` as an int in ``0..=2**64-1`` or raise naming ``name``."""
+    if type(value) is int and 0 <= value <= U64_MAX:
+        return value
+    v = _index(name, value)
+    if v < 0:
+        raise ValueError(message("negative", name=name, value=v))
+    if v > U64_MAX:
+        raise OverflowError(message("above_u64", name=name, value=v))
+    return v
+
+
+def as_u128(name: str, value: object) -> int:
+    """Return ``value`` as an int in ``0..=2**128-1`` (a counter) or raise naming ``name``."""
+    v = _index(name, value)
+    if v < 0:
+        raise ValueError(message("negative", name=name, value=v))
+    if v > U128_MAX:
+        raise OverflowError(message("above_u128", name=name, value=v))
+    return v
+
+
+def as_i64(name: str, value: object) -> int:
+    """Return ``value`` as a signed 64-bit int or raise naming ``name``."""
+    if type(value) is int and I64_MIN <= value <= I64_MAX:
+        return value
+    v = _index(name, value)
+    if not I64_MIN <= v <= I64_MAX:
+        raise OverflowError(message("outside_i64", name=name, value=v))
+    return v
+
+
+def as_optional_u64(name: str, value: object) -> int | None:
+    """``None`` or :func:`as_u64`."""
+    return None if value is None else as_u64(name, value)
+
+
+def as_bool(name: str, value: object) -> bool:
+    """Return ``value`` if it is a ``bool``; anything else (even 0 or 1) is a ``TypeError``."""
+    if isinstance(value, bool):
+        return value
+    raise TypeError(
+        message("not_bool", name=name, type_name=type(value).__name__, value_repr=repr(value))
+    )
+
+
+def type_error(key: str, name: str, value: object) -> TypeError:
+    """A ``TypeError`` for ``value`` of the wrong type, from the table's ``key`` message."""
+    return TypeError(
+        message(key, name=name, type_name=type(value).__name__, value_repr=repr(value))
+    )
+
+
+def reject_config(name: str, value: object) -> NoReturn:
+    """Raise the ``TypeError`` for an argument that should have been a ``Config``."""
+    raise type_error("not_config", name, value)
+
+
+def reject_chunk(name: str, value: object) -> NoReturn:
+    """Raise the ``TypeError`` for an item of ``chunks`` that is not a ``Chunk``."""
+    raise type_error("not_chunk", name, value)

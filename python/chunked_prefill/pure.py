@@ -1,0 +1,928 @@
+"""The pure-Python twin of the Rust scheduler.
+
+Same classes, same results, same errors as :mod:`chunked_prefill._core`, and the same data
+structures (a map of request states, an ordered set of started requests, priority buckets of
+waiting requests, a list of completed ones), so it is both the reference of the differential
+tests and the baseline of the benchmarks. No Rust is involved.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from . import _state
+from ._validate import (
+    I64_MAX,
+    I64_MIN,
+    U64_MAX,
+    as_bool,
+    as_i64,
+    as_optional_u64,
+    as_u64,
+    as_u128,
+    message,
+    type_error,
+)
+
+__all__ = [
+    "I64_MAX",
+    "I64_MIN",
+    "STATE_VERSION",
+    "U64_MAX",
+    "Chunk",
+    "Config",
+    "PrefillChunkState",
+    "Scheduler",
+    "Step",
+]
+
+__version__ = _state.package_version()
+_object_new = object.__new__
+STATE_VERSION = _state.STATE_VERSION
+_CONFIG_FIELDS = (
+    "chunk_size",
+    "max_decode_tokens",
+    "interleave_decode",
+    "token_budget",
+    "max_prefills_per_step",
+)
+
+
+class Config:
+    """How the scheduler splits prompts and fills each step.
+
+    ``chunk_size``: the most prompt tokens one request receives in one step.
+    ``max_decode_tokens``: the most decode tokens one step runs.
+    ``interleave_decode``: whether steps carry decode tokens at all.
+    ``token_budget``: the most tokens (decode + prefill) one step carries; ``None`` keeps
+    the original rule (one chunk per step, decodes counted beside it).
+    ``max_prefills_per_step``: how many requests may receive a chunk in one step.
+    """
+
+    __slots__ = (
+        "_chunk_size",
+        "_interleave_decode",
+        "_max_decode_tokens",
+        "_max_prefills_per_step",
+        "_token_budget",
+    )
+    _chunk_size: int
+    _max_decode_tokens: int
+    _interleave_decode: bool
+    _token_budget: int | None
+    _max_prefills_per_step: int
+
+    def __new__(
+        cls,
+        *,
+        chunk_size: int = 512,
+        max_decode_tokens: int = 128,
+        interleave_decode: bool = True,
+        token_budget: int | None = None,
+        max_prefills_per_step: int = 1,
+    ) -> Config:
+        chunk = as_u64("chunk_size", chunk_size)
+        max_decode = as_u64("max_decode_tokens", max_decode_tokens)
+        interleave = as_bool("interleave_decode", interleave_decode)
+        budget = as_optional_u64("token_budget", token_budget)
+        max_prefills = as_u64("max_prefills_per_step", max_prefills_per_step)
+        if chunk == 0:
+            raise ValueError(message("chunk_size_zero", value=chunk))
+        if budget is not None:
+            if budget == 0:
+                raise ValueError(message("token_budget_zero", value=budget))
+            if interleave and budget <= max_decode:
+                raise ValueError(
+                    message(
+                        "token_budget_too_small", max_decode_tokens=max_decode, token_budget=budget
+                    )
+                )
+        if max_prefills == 0:
+            raise ValueError(message("max_prefills_zero", value=max_prefills))
+        if max_prefills > 1 and budget is None:
+            raise ValueError(message("max_prefills_needs_budget", value=max_prefills))
+        self = object.__new__(cls)
+        self._chunk_size = chunk
+        self._max_decode_tokens = max_decode
+        self._interleave_decode = interleave
+        self._token_budget = budget
+        self._max_prefills_per_step = max_prefills
+        return self
+
+    @property
+    def chunk_size(self) -> int:
+        """The most prompt tokens one request receives in one step."""
+        return self._chunk_size
+
+    @property
+    def max_decode_tokens(self) -> int:
+        """The most decode tokens one step runs."""
+        return self._max_decode_tokens
+
+    @property
+    def interleave_decode(self) -> bool:
+        """Whether steps carry decode tokens; when false every step has 0."""
+        return self._interleave_decode
+
+    @property
+    def token_budget(self) -> int | None:
+        """The most tokens one step carries, or ``None`` for the original one-chunk rule."""
+        return self._token_budget
+
+    @property
+    def max_prefills_per_step(self) -> int:
+        """How many requests may receive a prefill chunk in one step."""
+        return self._max_prefills_per_step
+
+    def replace(self, **changes: Any) -> Config:
+        """A copy with ``changes`` applied, validated like the constructor."""
+        for name in changes:
+            if name not in _CONFIG_FIELDS:
+                raise TypeError(message("unexpected_keyword", owner="Config.replace", name=name))
+        fields = self.to_dict()
+        fields.update(changes)
+        return Config(**fields)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict of plain values (the constructor's keywords)."""
+        return {
+            "chunk_size": self._chunk_size,
+            "max_decode_tokens": self._max_decode_tokens,
+            "interleave_decode": self._interleave_decode,
+            "token_budget": self._token_budget,
+            "max_prefills_per_step": self._max_prefills_per_step,
+        }
+
+    def _key(self) -> tuple[int, int, bool, int | None, int]:
+        return (
+            self._chunk_size,
+            self._max_decode_tokens,
+            self._interleave_decode,
+            self._token_budget,
+            self._max_prefills_per_step,
+        )
+
+    def __getnewargs_ex__(self) -> tuple[tuple[()], dict[str, Any]]:
+        return (), self.to_dict()
+
+    def __reduce__(self) -> Any:
+        return (_config_from_dict, (self.to_dict(),))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Config):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __ne__(self, other: object) -> bool:
+        if not isinstance(other, Config):
+            return NotImplemented
+        return self._key() != other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"Config(chunk_size={self._chunk_size}, max_decode_tokens={self._max_decode_tokens},"
+            f" interleave_decode={self._interleave_decode}, token_budget={self._token_budget},"
+            f" max_prefills_per_step={self._max_prefills_per_step})"
+        )
+
+
+def _config_from_dict(fields: dict[str, Any]) -> Config:
+    return Config(**fields)
+
+
+class Chunk:
+    """One request's share of a step: prompt tokens ``[start, start + tokens)``.
+
+    ``is_last`` is true when the chunk finishes the prompt: the engine samples the
+    request's first output token from this chunk's last position.
+    """
+
+    __slots__ = ("_is_last", "_request_id", "_start", "_tokens")
+    _request_id: int
+    _start: int
+    _tokens: int
+    _is_last: bool
+
+    def __new__(cls, request_id: int, start: int, tokens: int, is_last: bool) -> Chunk:
+        return _new_chunk(
+            as_u64("request_id", request_id),
+            as_u64("start", start),
+            as_u64("tokens", tokens),
+            as_bool("is_last", is_last),
+        )
+
+    @property
+    def request_id(self) -> int:
+        """The request whose prompt this chunk belongs to."""
+        return self._request_id
+
+    @property
+    def start(self) -> int:
+        """Position in the prompt of the chunk's first token."""
+        return self._start
+
+    @property
+    def tokens(self) -> int:
+        """How many prompt tokens the chunk holds."""
+        return self._tokens
+
+    @property
+    def is_last(self) -> bool:
+        """Whether this chunk completes the request's prompt."""
+        return self._is_last
+
+    def _key(self) -> tuple[int, int, int, bool]:
+        return (self._request_id, self._start, self._tokens, self._is_last)
+
+    def __getnewargs__(self) -> tuple[int, int, int, bool]:
+        return self._key()
+
+    def __reduce__(self) -> Any:
+        return (Chunk, self._key())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Chunk):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __ne__(self, other: object) -> bool:
+        if not isinstance(other, Chunk):
+            return NotImplemented
+        return self._key() != other._key()
+
+    def __lt__(self, other: Chunk) -> bool:
+        if not isinstance(other, Chunk):
+            return NotImplemented
+        return self._key() < other._key()
+
+    def __le__(self, other: Chunk) -> bool:
+        if not isinstance(other, Chunk):
+            return NotImplemented
+        return self._key() <= other._key()
+
+    def __gt__(self, other: Chunk) -> bool:
+        if not isinstance(other, Chunk):
+            return NotImplemented
+        return self._key() > other._key()
+
+    def __ge__(self, other: Chunk) -> bool:
+        if not isinstance(other, Chunk):
+            return NotImplemented
+        return self._key() >= other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"Chunk(request_id={self._request_id}, start={self._start},"
+            f" tokens={self._tokens}, is_last={self._is_last})"
+        )
+
+
+def _new_chunk(request_id: int, start: int, tokens: int, is_last: bool) -> Chunk:
+    chunk = _object_new(Chunk)
+    chunk._request_id = request_id
+    chunk._start = start
+    chunk._tokens = tokens
+    chunk._is_last = is_last
+    return chunk
+
+
+class Step:
+    """The plan of one engine step: prefill chunks plus a count of decode tokens.
+
+    The engine runs every chunk in ``chunks`` (in order) and ``decode_tokens`` decode
+    tokens, one for each of that many decoding requests. ``prefill_request_id``,
+    ``prefill_start`` and ``is_last_chunk`` describe the first chunk, as the original did.
+    """
+
+    __slots__ = ("_chunks", "_decode_tokens", "_prefill_tokens", "_step_index")
+    _step_index: int
+    _decode_tokens: int
+    _chunks: tuple[Chunk, ...]
+    _prefill_tokens: int
+
+    def __new__(cls, *, step_index: int, decode_tokens: int, chunks: Iterable[Chunk] = ()) -> Step:
+        index = as_u128("step_index", step_index)
+        decode = as_u64("decode_tokens", decode_tokens)
+        items = tuple(chunks)
+        for chunk in items:
+            if not isinstance(chunk, Chunk):
+                raise type_error("not_chunk", "chunks", chunk)
+        total = sum(c.tokens for c in items)
+        if total > U64_MAX:
+            raise OverflowError(message("above_u64", name="prefill_tokens", value=total))
+        return _new_step(index, decode, items, total)
+
+    @property
+    def step_index(self) -> int:
+        """Zero-based count of ``next_step`` calls before this one."""
+        return self._step_index
+
+    @property
+    def decode_tokens(self) -> int:
+        """How many decode tokens (one per decoding request) the step runs."""
+        return self._decode_tokens
+
+    @property
+    def chunks(self) -> tuple[Chunk, ...]:
+        """Every prefill chunk of the step, in scheduling order."""
+        return self._chunks
+
+    @property
+    def prefill_tokens(self) -> int:
+        """Total prompt tokens of the step (the sum over ``chunks``)."""
+        return self._prefill_tokens
+
+    @property
+    def prefill_request_id(self) -> int | None:
+        """The first chunk's request, or ``None`` for a pure decode step."""
+        return self._chunks[0]._request_id if self._chunks else None
+
+    @property
+    def prefill_start(self) -> int:
+        """Prompt position where the first chunk starts (0 without a chunk)."""
+        return self._chunks[0]._start if self._chunks else 0
+
+    @property
+    def is_last_chunk(self) -> bool:
+        """Whether the first chunk completes its prompt (``False`` without a chunk)."""
+        return self._chunks[0]._is_last if self._chunks else False
+
+    def _key(self) -> tuple[int, int, tuple[Chunk, ...]]:
+        return (self._step_index, self._decode_tokens, self._chunks)
+
+    def __getnewargs_ex__(self) -> tuple[tuple[()], dict[str, Any]]:
+        return (), {
+            "step_index": self._step_index,
+            "decode_tokens": self._decode_tokens,
+            "chunks": self._chunks,
+        }
+
+    def __reduce__(self) -> Any:
+        return (_step_from_kwargs, (self.__getnewargs_ex__()[1],))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Step):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __ne__(self, other: object) -> bool:
+        if not isinstance(other, Step):
+            return NotImplemented
+        return self._key() != other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        chunks = ", ".join(repr(c) for c in self._chunks)
+        if len(self._chunks) == 1:
+            chunks += ","
+        return (
+            f"Step(step_index={self._step_index}, decode_tokens={self._decode_tokens},"
+            f" prefill_tokens={self._prefill_tokens}, chunks=({chunks}))"
+        )
+
+
+def _step_from_kwargs(kwargs: dict[str, Any]) -> Step:
+    return Step(**kwargs)
+
+
+def _new_step(step_index: int, decode_tokens: int, chunks: tuple[Chunk, ...], total: int) -> Step:
+    step = _object_new(Step)
+    step._step_index = step_index
+    step._decode_tokens = decode_tokens
+    step._chunks = chunks
+    step._prefill_tokens = total
+    return step
+
+
+def _prefill_start(total_tokens: int, cached_tokens: int) -> int:
+    """Where prefill starts: after the cached prefix, but the last token is always computed."""
+    return total_tokens - 1 if cached_tokens >= total_tokens else cached_tokens
+
+
+class PrefillChunkState:
+    """One request's progress through prefill.
+
+    ``processed_tokens`` is the position in the prompt up to which the KV cache is filled:
+    it starts at ``cached_tokens`` (or ``total_tokens - 1`` when the whole prompt is cached,
+    since the last token's logits are still needed) and reaches ``total_tokens``.
+    """
+
+    __slots__ = ("_cached", "_priority", "_processed", "_request_id", "_total")
+    _request_id: int
+    _total: int
+    _processed: int
+    _cached: int
+    _priority: int
+
+    def __new__(
+        cls,
+        request_id: int,
+        total_tokens: int,
+        *,
+        cached_tokens: int = 0,
+        priority: int = 0,
+        processed_tokens: int | None = None,
+    ) -> PrefillChunkState:
+        rid = as_u64("request_id", request_id)
+        total = as_u64("total_tokens", total_tokens)
+        cached = as_u64("cached_tokens", cached_tokens)
+        prio = as_i64("priority", priority)
+        processed = as_optional_u64("processed_tokens", processed_tokens)
+        _check_prompt(total, cached)
+        start = _prefill_start(total, cached)
+        if processed is None:
+            processed = start
+        elif not start <= processed <= total:
+            raise ValueError(
+                message(
+                    "processed_out_of_range",
+                    start=start,
+                    total_tokens=total,
+                    processed_tokens=processed,
+                )
+            )
+        self = object.__new__(cls)
+        self._request_id = rid
+        self._total = total
+        self._processed = processed
+        self._cached = cached
+        self._priority = prio
+        return self
+
+    @property
+    def request_id(self) -> int:
+        """The caller's id of the request."""
+        return self._request_id
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt length in tokens."""
+        return self._total
+
+    @property
+    def processed_tokens(self) -> int:
+        """Prompt position up to which prefill is done (cached prefix included)."""
+        return self._processed
+
+    @property
+    def is_complete(self) -> bool:
+        """Whether the whole prompt is prefilled."""
+        return self._processed >= self._total
+
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens the engine's prefix cache already held at enqueue."""
+        return self._cached
+
+    @property
+    def priority(self) -> int:
+        """Scheduling priority: lower values start first."""
+        return self._priority
+
+    def advance(self, n: int) -> None:
+        """Advance by ``n`` tokens, clamped to ``total_tokens``."""
+        step = as_u64("n", n)
+        self._processed = min(self._processed + step, self._total)
+
+    def remaining(self) -> int:
+        """Prompt tokens still to prefill."""
+        return self._total - self._processed
+
+    def progress(self) -> float:
+        """``processed_tokens / total_tokens`` as a float in ``0.0..=1.0``.
+
+        Both counts are converted to ``float`` first, as the Rust core does, so the two
+        backends agree bit for bit even past 2**53.
+        """
+        return float(self._processed) / float(self._total)
+
+    def next_chunk_size(self, config: Config) -> int:
+        """Size of the next chunk under ``config``: ``min(remaining(), chunk_size)``."""
+        if not isinstance(config, Config):
+            raise type_error("not_config", "config", config)
+        return min(self._total - self._processed, config._chunk_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain values (the form of ``Scheduler.to_state()['requests']``)."""
+        return {
+            "request_id": self._request_id,
+            "total_tokens": self._total,
+            "processed_tokens": self._processed,
+            "cached_tokens": self._cached,
+            "priority": self._priority,
+        }
+
+    def _copy(self) -> PrefillChunkState:
+        other = _object_new(PrefillChunkState)
+        other._request_id = self._request_id
+        other._total = self._total
+        other._processed = self._processed
+        other._cached = self._cached
+        other._priority = self._priority
+        return other
+
+    def __getnewargs_ex__(self) -> tuple[tuple[int, int], dict[str, Any]]:
+        return (self._request_id, self._total), {
+            "cached_tokens": self._cached,
+            "priority": self._priority,
+            "processed_tokens": self._processed,
+        }
+
+    def __reduce__(self) -> Any:
+        return (_state_from_dict, (self.to_dict(),))
+
+    def __copy__(self) -> PrefillChunkState:
+        return self._copy()
+
+    def __deepcopy__(self, memo: Any) -> PrefillChunkState:
+        return self._copy()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PrefillChunkState):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    def __ne__(self, other: object) -> bool:
+        if not isinstance(other, PrefillChunkState):
+            return NotImplemented
+        return self.to_dict() != other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"PrefillChunkState(request_id={self._request_id}, total_tokens={self._total},"
+            f" processed_tokens={self._processed}, is_complete={self.is_complete},"
+            f" cached_tokens={self._cached}, priority={self._priority})"
+        )
+
+
+def _state_from_dict(fields: dict[str, Any]) -> PrefillChunkState:
+    return PrefillChunkState(
+        fields["request_id"],
+        fields["total_tokens"],
+        cached_tokens=fields["cached_tokens"],
+        priority=fields["priority"],
+        processed_tokens=fields["processed_tokens"],
+    )
+
+
+def _check_prompt(total: int, cached: int) -> None:
+    if total == 0:
+        raise ValueError(message("total_tokens_zero", value=total))
+    if cached > total:
+        raise ValueError(message("cached_exceeds_total", total_tokens=total, cached_tokens=cached))
+
+
+class Scheduler:
+    """Plans engine steps: splits prompts into chunks and counts decode tokens.
+
+    Requests are tracked from :meth:`enqueue` until :meth:`drain_completed` (or
+    :meth:`abort`) removes them. Each :meth:`next_step` plans one engine step and advances
+    the scheduled requests at once; the caller does not report completion back.
+    """
+
+    __slots__ = (
+        "_chunks",
+        "_completed",
+        "_config",
+        "_incomplete",
+        "_lock",
+        "_priorities",
+        "_running",
+        "_states",
+        "_step",
+        "_tokens",
+        "_waiting",
+    )
+    _config: Config
+    # Every tracked request by id.
+    _states: dict[int, PrefillChunkState]
+    # Started, incomplete requests in the order they started.
+    _running: OrderedDict[int, None]
+    # Waiting requests: one FIFO bucket per priority, and a min-heap of the bucket keys
+    # (a key leaves the heap lazily, once its bucket is gone).
+    _waiting: dict[int, OrderedDict[int, None]]
+    _priorities: list[int]
+    # Completed requests, as the state objects they completed with; an entry whose id was
+    # aborted (or aborted and enqueued again) is skipped at drain time.
+    _completed: list[PrefillChunkState]
+    _incomplete: int
+    _step: int
+    _chunks: int
+    _tokens: int
+    _lock: threading.RLock
+
+    def __new__(cls, config: Config | None = None) -> Scheduler:
+        self = object.__new__(cls)
+        if config is None:
+            config = Config()
+        elif not isinstance(config, Config):
+            raise type_error("not_config", "config", config)
+        self._config = config
+        self._states = {}
+        self._running = OrderedDict()
+        self._waiting = {}
+        self._priorities = []
+        self._completed = []
+        self._incomplete = 0
+        self._step = 0
+        self._chunks = 0
+        self._tokens = 0
+        self._lock = threading.RLock()
+        return self
+
+    @property
+    def config(self) -> Config:
+        """The scheduler's configuration."""
+        return self._config
+
+    def enqueue(
+        self,
+        request_id: int,
+        total_tokens: int,
+        *,
+        cached_tokens: int = 0,
+        priority: int = 0,
+    ) -> None:
+        """Track ``request_id`` with a prompt of ``total_tokens`` tokens.
+
+        ``cached_tokens`` prompt tokens are already in the engine's prefix cache, so
+        prefill starts there. Lower ``priority`` starts first; ties keep enqueue order.
+        """
+        rid = as_u64("request_id", request_id)
+        total = as_u64("total_tokens", total_tokens)
+        cached = as_u64("cached_tokens", cached_tokens)
+        prio = as_i64("priority", priority)
+        _check_prompt(total, cached)
+        with self._lock:
+            if rid in self._states:
+                raise ValueError(message("duplicate_request", request_id=rid))
+            state = _object_new(PrefillChunkState)
+            state._request_id = rid
+            state._total = total
+            state._processed = _prefill_start(total, cached)
+            state._cached = cached
+            state._priority = prio
+            self._states[rid] = state
+            self._push_waiting(rid, prio)
+            self._incomplete += 1
+
+    def _push_waiting(self, rid: int, prio: int) -> None:
+        bucket = self._waiting.get(prio)
+        if bucket is None:
+            bucket = self._waiting[prio] = OrderedDict()
+            heapq.heappush(self._priorities, prio)
+        bucket[rid] = None
+
+    def _pop_waiting(self) -> int | None:
+        """The first waiting request in scheduling order, removed from its bucket."""
+        heap = self._priorities
+        waiting = self._waiting
+        while heap:
+            prio = heap[0]
+            bucket = waiting.get(prio)
+            if bucket is None:
+                heapq.heappop(heap)
+                continue
+            rid, _ = bucket.popitem(last=False)
+            if not bucket:
+                del waiting[prio]
+                heapq.heappop(heap)
+            return rid
+        return None
+
+    def next_step(self, active_decode_count: int = 0) -> Step:
+        """Plan the next engine step given ``active_decode_count`` decoding requests.
+
+        Decodes first: ``decode_tokens = min(active_decode_count, max_decode_tokens)``
+        (and at most ``token_budget``) when ``interleave_decode``, else 0. Then prefill
+        chunks in scheduling order: started requests first, in the order they started,
+        then waiting ones by priority and enqueue order.
+        """
+        n = active_decode_count
+        if type(n) is not int or n < 0 or n > U64_MAX:
+            n = as_u64("active_decode_count", n)
+        with self._lock:
+            cfg = self._config
+            budget = cfg._token_budget
+            chunk_size = cfg._chunk_size
+            decode = min(n, cfg._max_decode_tokens) if cfg._interleave_decode else 0
+            if budget is None:
+                left = chunk_size
+            else:
+                decode = min(decode, budget)
+                left = budget - decode
+            cap = cfg._max_prefills_per_step
+            states = self._states
+            chunks: list[Chunk] = []
+            total = 0
+            running = self._running
+            if running and left:
+                finished: list[int] = []
+                for rid in running:
+                    if len(chunks) == cap or not left:
+                        break
+                    st = states[rid]
+                    start = st._processed
+                    take = min(st._total - start, chunk_size, left)
+                    st._processed = start + take
+                    last = st._processed == st._total
+                    chunks.append(_new_chunk(rid, start, take, last))
+                    total += take
+                    left -= take
+                    if last:
+                        finished.append(rid)
+                for rid in finished:
+                    del running[rid]
+                    self._completed.append(states[rid])
+                self._incomplete -= len(finished)
+            while len(chunks) < cap and left:
+                waiting_id = self._pop_waiting()
+                if waiting_id is None:
+                    break
+                rid = waiting_id
+                st = states[rid]
+                start = st._processed
+                take = min(st._total - start, chunk_size, left)
+                st._processed = start + take
+                last = st._processed == st._total
+                chunks.append(_new_chunk(rid, start, take, last))
+                total += take
+                left -= take
+                if last:
+                    self._completed.append(st)
+                    self._incomplete -= 1
+                else:
+                    running[rid] = None
+            index = self._step
+            self._step = index + 1
+            self._chunks += len(chunks)
+            self._tokens += total
+            return _new_step(index, decode, tuple(chunks), total)
+
+    def abort(self, request_id: int) -> PrefillChunkState:
+        """Stop tracking ``request_id`` wherever it is and return its last state."""
+        rid = as_u64("request_id", request_id)
+        with self._lock:
+            state = self._states.pop(rid, None)
+            if state is None:
+                raise KeyError(message("unknown_request", request_id=rid))
+            if state._processed >= state._total:
+                return state
+            self._incomplete -= 1
+            if rid in self._running:
+                del self._running[rid]
+            else:
+                bucket = self._waiting[state._priority]
+                del bucket[rid]
+                if not bucket:
+                    del self._waiting[state._priority]
+                    if len(self._priorities) > 2 * len(self._waiting) + 16:
+                        self._priorities = list(self._waiting)
+                        heapq.heapify(self._priorities)
+            return state
+
+    def state(self, request_id: int) -> PrefillChunkState:
+        """A copy of ``request_id``'s progress; ``KeyError`` if it is not tracked."""
+        rid = as_u64("request_id", request_id)
+        with self._lock:
+            state = self._states.get(rid)
+            if state is None:
+                raise KeyError(message("unknown_request", request_id=rid))
+            return state._copy()
+
+    def is_idle(self) -> bool:
+        """Whether no tracked request has prefill work left (an empty scheduler is idle)."""
+        return self._incomplete == 0
+
+    def drain_completed(self) -> int:
+        """Stop tracking every completed request; return how many were removed."""
+        with self._lock:
+            states = self._states
+            removed = 0
+            for state in self._completed:
+                if states.get(state._request_id) is state:
+                    del states[state._request_id]
+                    removed += 1
+            self._completed = []
+            return removed
+
+    def active_count(self) -> int:
+        """Requests tracked, completed-but-undrained ones included."""
+        return len(self._states)
+
+    def chunks_scheduled(self) -> int:
+        """Prefill chunks planned since the scheduler was made."""
+        return self._chunks
+
+    def tokens_prefilled(self) -> int:
+        """Prompt tokens planned since the scheduler was made (cached ones excluded)."""
+        return self._tokens
+
+    def _requests(self) -> Iterator[PrefillChunkState]:
+        """Every tracked request: started ones in start order, waiting ones in scheduling
+        order, then completed ones in completion order."""
+        states = self._states
+        for rid in self._running:
+            yield states[rid]
+        for prio in sorted(self._waiting):
+            for rid in self._waiting[prio]:
+                yield states[rid]
+        for state in self._completed:
+            if states.get(state._request_id) is state:
+                yield state
+
+    def to_state(self) -> dict[str, Any]:
+        """The whole scheduler as plain Python values (see ``chunked_prefill._state``)."""
+        with self._lock:
+            return _state.build(
+                self._config.to_dict(),
+                self._step,
+                self._chunks,
+                self._tokens,
+                [s.to_dict() for s in self._requests()],
+            )
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Scheduler:
+        """Rebuild a scheduler from :meth:`to_state`'s form (of either backend)."""
+        parsed = _state.parse(state)
+        try:
+            config = Config(**parsed.config)
+        except ValueError as err:
+            raise ValueError(message("state_rule", path="state['config']", message=err)) from None
+        sched = cls(config)
+        for i, fields in enumerate(parsed.requests):
+            path = f"state['requests'][{i}]"
+            try:
+                sched._restore_request(*fields)
+            except ValueError as err:
+                raise ValueError(message("state_rule", path=path, message=err)) from None
+        sched._step, sched._chunks, sched._tokens = parsed.counters
+        return sched
+
+    def _restore_request(
+        self, rid: int, total: int, processed: int, cached: int, priority: int
+    ) -> None:
+        _check_prompt(total, cached)
+        start = _prefill_start(total, cached)
+        if not start <= processed <= total:
+            raise ValueError(
+                message(
+                    "processed_out_of_range",
+                    start=start,
+                    total_tokens=total,
+                    processed_tokens=processed,
+                )
+            )
+        if rid in self._states:
+            raise ValueError(message("duplicate_request", request_id=rid))
+        state = PrefillChunkState(rid, total, cached_tokens=cached, priority=priority)
+        state._processed = processed
+        self._states[rid] = state
+        if processed == total:
+            self._completed.append(state)
+        elif processed > start:
+            self._running[rid] = None
+            self._incomplete += 1
+        else:
+            self._push_waiting(rid, priority)
+            self._incomplete += 1
+
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        return (Scheduler.from_state, (self.to_state(),))
+
+    def __copy__(self) -> Scheduler:
+        return Scheduler.from_state(self.to_state())
+
+    def __deepcopy__(self, memo: Any) -> Scheduler:
+        return Scheduler.from_state(self.to_state())
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def __contains__(self, request_id: object) -> bool:
+        try:
+            rid = as_u64("request_id", request_id)
+        except (TypeError, ValueError, OverflowError):
+            return False
+        return rid in self._states
+
+    def __repr__(self) -> str:
+        return (
+            f"Scheduler(config={self._config!r}, tracked={len(self._states)},"
+            f" incomplete={self._incomplete}, next_step_index={self._step})"
+        )
