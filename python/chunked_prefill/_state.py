@@ -6,7 +6,8 @@ Version 1 is a dict of plain values::
         "version": 1,
         "config": {"chunk_size": int, "max_decode_tokens": int, "interleave_decode": bool,
                    "token_budget": int | None, "max_prefills_per_step": int},
-        "step_index": int,         # the index the next step will get
+        "step_index": int,         # the index the next step will get (counters are
+                                   # restored up to 2**127 - 1)
         "chunks_scheduled": int,
         "tokens_prefilled": int,
         "requests": [              # started (in start order), waiting (in scheduling
@@ -29,7 +30,7 @@ from __future__ import annotations
 from importlib import metadata
 from typing import Any, NamedTuple
 
-from ._validate import as_bool, as_i64, as_optional_u64, as_u64, as_u128, message
+from ._validate import as_bool, as_counter, as_i64, as_optional_u64, as_u64, message
 
 STATE_VERSION = 1
 _TOP_KEYS = (
@@ -125,9 +126,9 @@ def parse(state: object) -> ParsedState:
         ),
     }
     counters = (
-        as_u128("state['step_index']", top["step_index"]),
-        as_u128("state['chunks_scheduled']", top["chunks_scheduled"]),
-        as_u128("state['tokens_prefilled']", top["tokens_prefilled"]),
+        as_counter("state['step_index']", top["step_index"]),
+        as_counter("state['chunks_scheduled']", top["chunks_scheduled"]),
+        as_counter("state['tokens_prefilled']", top["tokens_prefilled"]),
     )
     items = top["requests"]
     if not isinstance(items, list):

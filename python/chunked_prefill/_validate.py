@@ -18,6 +18,7 @@ MESSAGES: dict[str, str] = json.loads(
 
 U64_MAX = (1 << 64) - 1
 U128_MAX = (1 << 128) - 1
+COUNTER_MAX = (1 << 127) - 1
 I64_MIN = -(1 << 63)
 I64_MAX = (1 << 63) - 1
 
@@ -62,6 +63,17 @@ def as_u128(name: str, value: object) -> int:
         raise ValueError(message("negative", name=name, value=v))
     if v > U128_MAX:
         raise OverflowError(message("above_u128", name=name, value=v))
+    return v
+
+
+def as_counter(name: str, value: object) -> int:
+    """Return ``value`` as a restorable counter: ``0..=2**127-1``, so that even a run of
+    2**63 steps of 2**64 tokens each cannot wrap the 128-bit counters."""
+    v = _index(name, value)
+    if v < 0:
+        raise ValueError(message("negative", name=name, value=v))
+    if v > COUNTER_MAX:
+        raise OverflowError(message("above_counter", name=name, value=v))
     return v
 
 

@@ -1,4 +1,5 @@
-"""The ``chunked-prefill`` command line: ``plan`` shows a step table."""
+"""The ``chunked-prefill`` command line: ``simulate`` replays a workload against an engine
+latency model, ``plan`` shows the step table for some prompt lengths."""
 
 from __future__ import annotations
 
@@ -97,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="chunked-prefill", description="Chunked-prefill step planner for LLM serving."
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    from .sim import cli as sim_cli
+
+    sim_cli.add_parser(subparsers)
     _add_plan_parser(subparsers)
     return parser
 

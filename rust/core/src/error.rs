@@ -57,6 +57,13 @@ pub enum CoreError {
         /// The prompt length.
         total_tokens: usize,
     },
+    /// A restored counter above [`COUNTER_MAX`](crate::COUNTER_MAX), which a run could wrap.
+    CounterTooLarge {
+        /// Which counter (`step_index`, `chunks_scheduled` or `tokens_prefilled`).
+        name: &'static str,
+        /// The rejected value.
+        value: u128,
+    },
     /// The id is already tracked (waiting, in prefill, or completed but not drained).
     DuplicateRequest {
         /// The rejected id.
@@ -112,6 +119,11 @@ impl fmt::Display for CoreError {
                 f,
                 "processed_tokens must be between the prefill start ({start}) and \
                  total_tokens ({total_tokens}), got {processed_tokens}"
+            ),
+            Self::CounterTooLarge { name, value } => write!(
+                f,
+                "{name} must be at most 170141183460469231731687303715884105727 \
+                 (2**127 - 1, so that no run can wrap it), got {value}"
             ),
             Self::DuplicateRequest { request_id } => write!(
                 f,

@@ -59,6 +59,6 @@ mod step;
 
 pub use config::ChunkedPrefillConfig;
 pub use error::CoreError;
-pub use scheduler::{ChunkedPrefillScheduler, Counters};
+pub use scheduler::{ChunkedPrefillScheduler, Counters, COUNTER_MAX};
 pub use state::{prefill_start, PrefillChunkState};
 pub use step::{Chunk, ChunkedStep};

@@ -14,6 +14,10 @@ struct Slot {
     seq: u64,
 }
 
+/// The largest counter value [`ChunkedPrefillScheduler::from_parts`] restores: `2**127 - 1`,
+/// so that even 2**63 further steps of `usize::MAX` tokens each cannot wrap a 128-bit counter.
+pub const COUNTER_MAX: u128 = (1 << 127) - 1;
+
 /// The scheduler's counters, as exported by [`ChunkedPrefillScheduler::counters`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Counters {
@@ -132,7 +136,7 @@ impl ChunkedPrefillScheduler {
 
     fn insert_slot(&mut self, state: PrefillChunkState) -> u64 {
         let seq = self.next_seq;
-        self.next_seq += 1;
+        self.next_seq = self.next_seq.wrapping_add(1);
         self.states.insert(state.request_id, Slot { state, seq });
         seq
     }
@@ -380,13 +384,24 @@ impl ChunkedPrefillScheduler {
     ///
     /// # Errors
     ///
-    /// The config's first broken rule, or the first request that repeats an id.
+    /// The config's first broken rule, a counter above [`COUNTER_MAX`]
+    /// ([`CoreError::CounterTooLarge`]), or the first invalid request (with its index in
+    /// `requests`; `usize::MAX` for the config and the counters).
     pub fn from_parts(
         config: ChunkedPrefillConfig,
         counters: Counters,
         requests: impl IntoIterator<Item = PrefillChunkState>,
     ) -> Result<Self, (usize, CoreError)> {
         let mut scheduler = Self::new(config).map_err(|err| (usize::MAX, err))?;
+        for (name, value) in [
+            ("step_index", counters.step_index),
+            ("chunks_scheduled", counters.chunks_scheduled),
+            ("tokens_prefilled", counters.tokens_prefilled),
+        ] {
+            if value > COUNTER_MAX {
+                return Err((usize::MAX, CoreError::CounterTooLarge { name, value }));
+            }
+        }
         for (index, state) in requests.into_iter().enumerate() {
             scheduler.restore(state).map_err(|err| (index, err))?;
         }

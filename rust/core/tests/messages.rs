@@ -84,6 +84,17 @@ fn every_core_error_renders_its_table_message() {
             ],
         ),
         (
+            CoreError::CounterTooLarge {
+                name: "step_index",
+                value: 1 << 127,
+            },
+            "above_counter",
+            vec![
+                ("name", "step_index".into()),
+                ("value", (1_u128 << 127).to_string()),
+            ],
+        ),
+        (
             CoreError::DuplicateRequest { request_id: 7 },
             "duplicate_request",
             vec![("request_id", "7".into())],

@@ -811,13 +811,14 @@ impl PyScheduler {
         };
         ChunkedPrefillScheduler::from_parts(config, counters, requests)
             .map(Self::wrap)
-            .map_err(|(index, err)| {
-                let path = if index == usize::MAX {
-                    "state['config']".to_owned()
-                } else {
-                    format!("state['requests'][{index}]")
-                };
-                PyValueError::new_err(format!("{path}: {err}"))
+            .map_err(|(index, err)| match err {
+                CoreError::CounterTooLarge { name, .. } => {
+                    PyOverflowError::new_err(format!("state['{name}']: {err}"))
+                }
+                _ if index == usize::MAX => {
+                    PyValueError::new_err(format!("state['config']: {err}"))
+                }
+                _ => PyValueError::new_err(format!("state['requests'][{index}]: {err}")),
             })
     }
 

@@ -1,0 +1,69 @@
+"""Latency simulator: what a chunked-prefill configuration does to TTFT and TBT.
+
+``simulate`` replays a workload (the embedded synthetic chat workload of
+:func:`default_workload`, or a trace read by :func:`load_trace`) through the real
+``Scheduler`` against a step-latency model of the engine (:class:`EngineModel`) and
+returns one :class:`SimResult` per configuration::
+
+    from chunked_prefill.sim import default_workload, expand_configs, simulate
+
+    results = simulate(default_workload(), expand_configs(chunk_sizes=[512, None]))
+    for r in results:
+        print(r.config.label(), r.ttft_s.p99, r.tbt_s.p99, r.tbt_s.max)
+
+The command line is ``chunked-prefill simulate`` (see :mod:`chunked_prefill.sim.cli`).
+"""
+
+from __future__ import annotations
+
+from .engine import DEFAULT_ENGINE, ENGINE_PRESETS, EngineModel, ProfileError, load_profile
+from .simulator import (
+    DEFAULT_CHUNK_SIZES,
+    DEFAULT_STALL_THRESHOLD_S,
+    Percentiles,
+    SimConfig,
+    SimResult,
+    StepRecord,
+    backend_name,
+    expand_configs,
+    resolve_backend,
+    simulate,
+)
+from .workload import (
+    DEFAULT_RATE,
+    DEFAULT_REQUESTS,
+    FIELD_ALIASES,
+    ChatWorkloadSpec,
+    Request,
+    TraceError,
+    Workload,
+    default_workload,
+    load_trace,
+)
+
+__all__ = [
+    "DEFAULT_CHUNK_SIZES",
+    "DEFAULT_ENGINE",
+    "DEFAULT_RATE",
+    "DEFAULT_REQUESTS",
+    "DEFAULT_STALL_THRESHOLD_S",
+    "ENGINE_PRESETS",
+    "FIELD_ALIASES",
+    "ChatWorkloadSpec",
+    "EngineModel",
+    "Percentiles",
+    "ProfileError",
+    "Request",
+    "SimConfig",
+    "SimResult",
+    "StepRecord",
+    "TraceError",
+    "Workload",
+    "backend_name",
+    "default_workload",
+    "expand_configs",
+    "load_profile",
+    "load_trace",
+    "resolve_backend",
+    "simulate",
+]

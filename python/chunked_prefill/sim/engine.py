@@ -1,0 +1,219 @@
+"""The step-latency model of the engine: how long one forward pass takes.
+
+One step runs ``P`` prompt (prefill) tokens in chunks and ``D`` decode tokens. Its modelled
+duration is::
+
+    t = max(t_min_s, c0_s + c_tok_s * (P + D))      # weights + token-proportional work
+        + c_attn_s * sum over chunks of pairs(start, tokens)   # prefill attention
+        + c_kv_s * sum over decoded requests of their context length  # decode attention
+
+where ``pairs(start, n) = n * start + n * (n + 1) / 2`` is the exact number of causal
+(query, key) pairs of a chunk of ``n`` prompt tokens that follows ``start`` tokens already
+in the KV cache (prefix-cached ones included), and a decoded request's context length is
+its prompt plus the tokens it has generated so far.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+__all__ = [
+    "DEFAULT_ENGINE",
+    "ENGINE_PRESETS",
+    "EngineModel",
+    "ProfileError",
+    "load_profile",
+]
+
+
+@dataclass(frozen=True)
+class EngineModel:
+    """Coefficients of the step-latency model (all in seconds; see the module docstring).
+
+    The defaults are :data:`DEFAULT_ENGINE`: Llama-2-7B in fp16 on one A100-80GB.
+    """
+
+    name: str = "llama2-7b-a100"
+    """A label for reports."""
+    t_min_s: float = 9.5e-3
+    """The floor of the token-proportional part: a step reads all weights once."""
+    c0_s: float = 2.2e-3
+    """Fixed cost per step (launches, sampling, scheduling)."""
+    c_tok_s: float = 65e-6
+    """Cost per token in the batch (linear layers), prefill and decode alike."""
+    c_attn_s: float = 2.5e-9
+    """Cost per causal (query, key) pair of prefill attention."""
+    c_kv_s: float = 0.3e-6
+    """Cost per context token of a decode request (reading its KV cache)."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if f.name == "name":
+                continue
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ValueError(f"engine coefficient {f.name} must be a number, got {v!r}")
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"engine coefficient {f.name} must be finite and >= 0, got {v!r}")
+            object.__setattr__(self, f.name, float(v))
+        if max(self.t_min_s, self.c0_s + self.c_tok_s) <= 0:
+            raise ValueError(
+                "engine model gives a step no duration: set t_min_s, c0_s or c_tok_s above 0"
+            )
+
+    def step_time(
+        self,
+        prefill_tokens: int,
+        decode_tokens: int,
+        attention_pairs: int,
+        decode_context_tokens: int,
+    ) -> float:
+        """The modelled duration of one step, in seconds."""
+        lin = self.c0_s + self.c_tok_s * (prefill_tokens + decode_tokens)
+        if lin < self.t_min_s:
+            lin = self.t_min_s
+        return lin + self.c_attn_s * attention_pairs + self.c_kv_s * decode_context_tokens
+
+    @staticmethod
+    def chunk_pairs(start: int, tokens: int) -> int:
+        """Causal (query, key) pairs of prompt tokens ``[start, start + tokens)``."""
+        return tokens * start + tokens * (tokens + 1) // 2
+
+    def with_overrides(self, **changes: Any) -> EngineModel:
+        """A copy with the given coefficients replaced (``None`` values are ignored)."""
+        kept: dict[str, Any] = {k: v for k, v in changes.items() if v is not None}
+        unknown = set(kept) - {f.name for f in fields(self)}
+        if unknown:
+            raise ValueError(f"unknown engine coefficient(s): {', '.join(sorted(unknown))}")
+        return replace(self, **kept)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The coefficients as plain data."""
+        return asdict(self)
+
+
+DEFAULT_ENGINE = EngineModel()
+"""Llama-2-7B (fp16) on one A100-80GB. Estimates, not measurements:
+
+* ``max(9.5 ms, 2.2 ms + 65 us x tokens)`` is the fit quoted from Vidur's public profiling
+  data (Agrawal et al., "Vidur: A Large-Scale Simulation Framework For LLM Inference",
+  MLSys 2024; ``data/profiling/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv`` in the Vidur
+  repository). Cross-check: that file's per-layer medians at 4 096 tokens (QKV, output,
+  up/gate and down projections, norms, activation) add up to about 8.2 ms, x 32 layers =
+  263 ms, i.e. 64 us per token, about 215 TFLOP/s on 14 GFLOP per token. 9.5 ms is about
+  the time to stream 13.5 GB of weights at the A100's ~1.5-2 TB/s.
+* ``c_kv = 0.3 us`` per context token: each token's K and V are 2 x 32 layers x 4 096 x
+  2 bytes = 512 KiB, read at ~1.7 TB/s.
+* ``c_attn = 2.5 ns`` per (query, key) pair: 4 x 4 096 x 32 = 0.5 MFLOP per pair at
+  ~200 TFLOP/s (the issue quotes 2-3 ns from Vidur's attention profiles).
+"""
+
+ENGINE_PRESETS: dict[str, EngineModel] = {
+    "llama2-7b-a100": DEFAULT_ENGINE,
+    # Vidur's H100 fit for the linear part; attention terms scaled from the A100 ones by
+    # the H100's ~2x bandwidth (3.35 TB/s) and ~2.5x dense fp16 FLOP/s: rough estimates.
+    "llama2-7b-h100": EngineModel(
+        name="llama2-7b-h100",
+        t_min_s=5.7e-3,
+        c0_s=2.9e-3,
+        c_tok_s=20e-6,
+        c_attn_s=1.0e-9,
+        c_kv_s=0.15e-6,
+    ),
+}
+"""Named engine models (``--engine NAME``)."""
+
+
+class ProfileError(ValueError):
+    """An engine profile file that cannot be used; the message names the file and key."""
+
+
+_PROFILE_KEYS = {f.name for f in fields(EngineModel)}
+
+
+def _load_toml(path: str, data: bytes) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on Python < 3.11 only
+        try:
+            import tomli as tomllib
+        except ImportError:
+            raise ProfileError(
+                f"{path}: reading TOML on Python < 3.11 needs the 'tomli' package"
+                " (pip install tomli), or write the profile as JSON"
+            ) from None
+    try:
+        parsed: dict[str, Any] = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ProfileError(f"{path}: not valid TOML: {err}") from None
+    return parsed
+
+
+def load_profile(path: str | os.PathLike[str], base: EngineModel = DEFAULT_ENGINE) -> EngineModel:
+    """An engine model read from a TOML (``.toml``) or JSON file.
+
+    The file holds any of the keys ``name``, ``t_min_s``, ``c0_s``, ``c_tok_s``,
+    ``c_attn_s`` and ``c_kv_s``, at the top level or in an ``[engine]`` table (a JSON
+    ``"engine"`` object); ``preset = "NAME"`` starts from an :data:`ENGINE_PRESETS` entry
+    instead of ``base``. Keys left out keep ``base``'s value. An unknown key or a bad
+    value raises :class:`ProfileError` naming the file and key.
+    """
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as fh:
+            data = fh.read()
+    except OSError as err:
+        raise ProfileError(f"{name}: cannot be read: {err.strerror or err}") from None
+    if name.lower().endswith(".toml"):
+        table = _load_toml(name, data)
+    else:
+        try:
+            table = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ProfileError(f"{name}: not valid JSON: {err}") from None
+        if not isinstance(table, dict):
+            raise ProfileError(f"{name}: expected a JSON object at the top level")
+    if "engine" in table:
+        inner = table["engine"]
+        extra = sorted(set(table) - {"engine"})
+        if not isinstance(inner, dict) or extra:
+            raise ProfileError(
+                f"{name}: 'engine' must be the only top-level table, holding the coefficients"
+            )
+        table = inner
+    model = base
+    if "preset" in table:
+        preset = table["preset"]
+        if preset not in ENGINE_PRESETS:
+            raise ProfileError(
+                f"{name}: key 'preset': unknown engine {preset!r};"
+                f" known: {', '.join(sorted(ENGINE_PRESETS))}"
+            )
+        model = ENGINE_PRESETS[preset]
+    changes: dict[str, Any] = {}
+    for key, value in table.items():
+        if key == "preset":
+            continue
+        if key not in _PROFILE_KEYS:
+            raise ProfileError(
+                f"{name}: unknown key {key!r}; known keys: preset, "
+                + ", ".join(sorted(_PROFILE_KEYS))
+            )
+        if key == "name":
+            if not isinstance(value, str):
+                raise ProfileError(f"{name}: key 'name': expected a string, got {value!r}")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ProfileError(f"{name}: key {key!r}: expected seconds (a number), got {value!r}")
+        elif not (math.isfinite(value) and value >= 0):
+            raise ProfileError(f"{name}: key {key!r}: expected a finite number >= 0, got {value!r}")
+        changes[key] = value
+    if "name" not in changes and changes:
+        changes["name"] = f"{model.name} ({os.path.basename(name)})"
+    elif "name" not in changes:
+        changes["name"] = model.name
+    return replace(model, **changes)

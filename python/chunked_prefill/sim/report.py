@@ -1,0 +1,205 @@
+"""Reports of simulation results: a rich table, JSON, and CDF plots."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .simulator import SimResult
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+__all__ = [
+    "PlotUnavailable",
+    "plot_cdfs",
+    "print_table",
+    "require_matplotlib",
+    "results_table",
+    "results_to_json",
+    "short_labels",
+]
+
+_CONFIG_COLUMNS = (
+    ("chunk_size", "chunk"),
+    ("token_budget", "budget"),
+    ("max_prefills_per_step", "prefills"),
+    ("max_decode_tokens", "decode\ncap"),
+    ("max_running", "max\nrunning"),
+)
+
+
+def results_to_json(results: Sequence[SimResult], *, indent: int | None = 2) -> str:
+    """The ``--json`` document: a list with one object per configuration."""
+    return json.dumps([r.to_dict() for r in results], indent=indent, allow_nan=False)
+
+
+def _ms(value: float | None) -> str:
+    """Seconds shown as milliseconds: one decimal below 100 ms, whole numbers above."""
+    if value is None:
+        return "-"
+    ms = value * 1e3
+    if ms >= 100:
+        return f"{ms:.0f}"
+    return f"{ms:.1f}"
+
+
+def _sec(value: float | None) -> str:
+    """Seconds with three significant digits (at least whole seconds)."""
+    if value is None:
+        return "-"
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def _option(value: Any) -> str:
+    return "none" if value is None else str(value)
+
+
+def short_labels(results: Sequence[SimResult]) -> list[str]:
+    """One label per result naming only the options that differ (the chunk size always)."""
+    dicts = [r.config.to_dict() for r in results]
+    names = {
+        "chunk_size": "chunk",
+        "token_budget": "budget",
+        "max_prefills_per_step": "prefills",
+        "max_decode_tokens": "decode cap",
+        "max_running": "max running",
+    }
+    keys = [k for k in names if k == "chunk_size" or len({d[k] for d in dicts}) > 1]
+    return [" ".join(f"{names[k]}={_option(d[k])}" for k in keys) for d in dicts]
+
+
+def results_table(results: Sequence[SimResult], *, title: str | None = None) -> Table:
+    """A rich table with one row per configuration (TTFT and TBT in ms, e2e in s).
+
+    Only the configuration options that differ between the rows get a column (the chunk
+    size always does).
+    """
+    from rich import box
+    from rich.table import Table
+
+    table = Table(
+        title=title,
+        caption="TTFT and TBT in ms, e2e in s",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    dicts = [r.config.to_dict() for r in results]
+    shown = [
+        (key, head)
+        for key, head in _CONFIG_COLUMNS
+        if key == "chunk_size" or len({d[key] for d in dicts}) > 1
+    ]
+    for _key, head in shown:
+        table.add_column(head, justify="right", style="cyan")
+    threshold_ms = results[0].stall_threshold_s * 1e3 if results else 0.0
+    for head in ("TTFT\np50", "TTFT\np90", "TTFT\np99"):
+        table.add_column(head, justify="right")
+    for head in ("TBT\np50", "TBT\np99", "TBT\nmax"):
+        table.add_column(head, justify="right", style="magenta")
+    for head in ("e2e\np50", "e2e\np99"):
+        table.add_column(head, justify="right")
+    table.add_column("output\ntok/s", justify="right")
+    table.add_column("steps", justify="right")
+    table.add_column(f"stalls\n>{threshold_ms:g}ms", justify="right", style="red")
+    for column in table.columns:
+        column.no_wrap = True
+    for r, d in zip(results, dicts):
+        table.add_row(
+            *(_option(d[key]) for key, _ in shown),
+            _ms(r.ttft_s.p50),
+            _ms(r.ttft_s.p90),
+            _ms(r.ttft_s.p99),
+            _ms(r.tbt_s.p50),
+            _ms(r.tbt_s.p99),
+            _ms(r.tbt_s.max),
+            _sec(r.e2e_s.p50),
+            _sec(r.e2e_s.p99),
+            f"{r.throughput_tok_s:.0f}",
+            str(r.steps),
+            str(r.stalls),
+        )
+    return table
+
+
+def print_table(results: Sequence[SimResult], console: Console, title: str | None = None) -> None:
+    """Print :func:`results_table` to ``console``, never cutting a figure short.
+
+    A table wider than the console is printed at its natural width (the terminal wraps
+    its lines) rather than with truncated cells.
+    """
+    from rich.measure import Measurement
+
+    table = results_table(results, title=title)
+    needed = Measurement.get(console, console.options.update_width(10_000), table).maximum
+    width = console.width
+    if needed <= width:
+        console.print(table)
+        return
+    console.width = needed
+    try:
+        console.print(table)
+    finally:
+        console.width = width
+
+
+class PlotUnavailable(RuntimeError):
+    """matplotlib is not installed (it is the optional ``plot`` extra)."""
+
+
+PLOT_HINT = "plotting needs matplotlib: pip install 'chunked-prefill[plot]'"
+
+
+def require_matplotlib() -> None:
+    """Raise :class:`PlotUnavailable` unless matplotlib can be imported."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise PlotUnavailable(PLOT_HINT) from None
+
+
+def plot_cdfs(results: Sequence[SimResult], path: str) -> None:
+    """Draw the TTFT and TBT CDFs of every configuration into the image file ``path``."""
+    require_matplotlib()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, (ax_ttft, ax_tbt) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for r, label in zip(results, short_labels(results)):
+        ttft = np.sort(r.ttft)
+        if ttft.size:
+            ax_ttft.step(
+                ttft * 1e3, np.arange(1, ttft.size + 1) / ttft.size, where="post", label=label
+            )
+        order = np.argsort(r.tbt_gaps, kind="stable")
+        gaps = r.tbt_gaps[order]
+        if gaps.size:
+            cw = np.cumsum(r.tbt_weights[order])
+            ax_tbt.step(gaps * 1e3, cw / cw[-1], where="post", label=label)
+    for ax, name in ((ax_ttft, "TTFT"), (ax_tbt, "TBT (time between tokens)")):
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{name}, ms (log scale)")
+        ax.set_ylabel("fraction at or below")
+        ax.set_ylim(0, 1.0)
+        ax.grid(True, which="both", alpha=0.3)
+    if results:
+        threshold = results[0].stall_threshold_s * 1e3
+        ax_tbt.axvline(threshold, color="grey", linestyle=":", label=f"stall > {threshold:g} ms")
+    ax_ttft.legend(fontsize="small", loc="lower right")
+    ax_tbt.legend(fontsize="small", loc="lower right")
+    ax_ttft.set_title("Time to first token")
+    ax_tbt.set_title("Time between tokens")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,721 @@
+"""The simulation loop: a workload through the real ``Scheduler`` against the engine model.
+
+Model of one run (one :class:`SimConfig`):
+
+* Time advances one engine step at a time. A request that has arrived waits for
+  admission (first come, first served) while ``max_running`` requests are running, a
+  request being *running* from admission until its last output token. Admission happens
+  at step boundaries, and an admitted request is enqueued into the scheduler with its
+  prompt length, cached tokens and priority.
+* Each step the simulator calls ``next_step(active_decode_count)`` with the number of
+  decoding requests, runs the planned chunks and ``decode_tokens`` decode tokens, and
+  advances the clock by the engine model's step time. When ``decode_tokens`` is below the
+  number of decoding requests, the ones served are chosen round-robin (those waiting
+  longest for a token first).
+* A request's first output token is emitted at the end of the step holding its last
+  prefill chunk; then it decodes one token per step in which it is served, until it has
+  ``output_tokens`` tokens.
+* With nothing running, the clock jumps to the next arrival.
+
+Metrics: TTFT = first token - arrival; TBT = the gaps between a request's successive
+tokens (``output_tokens - 1`` gaps per request, every gap of every request counted once);
+e2e = last token - arrival; throughput = output tokens / (last token - first arrival); a
+stall is a TBT gap longer than the stall threshold. Percentiles are the inverted CDF:
+``pXX`` is the smallest sample with at least XX % of the samples at or below it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import math
+import os
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Union
+
+from .engine import DEFAULT_ENGINE, EngineModel
+from .workload import Request, Workload
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from chunked_prefill import _core
+
+__all__ = [
+    "DEFAULT_CHUNK_SIZES",
+    "DEFAULT_STALL_THRESHOLD_S",
+    "Percentiles",
+    "SimConfig",
+    "SimResult",
+    "StepRecord",
+    "backend_name",
+    "expand_configs",
+    "resolve_backend",
+    "simulate",
+]
+
+DEFAULT_STALL_THRESHOLD_S = 0.1
+"""A TBT gap above this many seconds counts as a decode stall."""
+DEFAULT_CHUNK_SIZES: tuple[int | None, ...] = (256, 512, 2048, None)
+"""The chunk sizes compared when no configuration is given (``None``: whole prompts)."""
+
+Backend = Union[str, ModuleType]
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One configuration to simulate: scheduler options plus the admission cap.
+
+    ``chunk_size=None`` is the unchunked baseline: each prompt is prefilled whole in one
+    step (the scheduler gets a chunk size equal to the longest prompt); it takes no
+    ``token_budget``. ``max_running`` caps the requests running at once (vLLM's
+    ``max_num_seqs``). The other fields are the scheduler's :class:`Config` fields.
+    """
+
+    chunk_size: int | None = 512
+    token_budget: int | None = None
+    max_prefills_per_step: int = 1
+    max_decode_tokens: int = 128
+    max_running: int = 256
+
+    def __post_init__(self) -> None:
+        def positive(name: str, value: object, *, optional: bool = False) -> None:
+            if optional and value is None:
+                return
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+        positive("chunk_size", self.chunk_size, optional=True)
+        positive("token_budget", self.token_budget, optional=True)
+        positive("max_prefills_per_step", self.max_prefills_per_step)
+        positive("max_decode_tokens", self.max_decode_tokens)
+        positive("max_running", self.max_running)
+        if self.chunk_size is None and self.token_budget is not None:
+            raise ValueError(
+                "chunk_size=None means whole prompts in one step; it takes no token_budget"
+            )
+
+    def label(self) -> str:
+        """A short human-readable description."""
+        parts = ["chunk=" + ("none" if self.chunk_size is None else str(self.chunk_size))]
+        if self.token_budget is not None:
+            parts.append(f"budget={self.token_budget}")
+        if self.max_prefills_per_step != 1:
+            parts.append(f"prefills={self.max_prefills_per_step}")
+        parts.append(f"decode<={self.max_decode_tokens}")
+        parts.append(f"running<={self.max_running}")
+        return " ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options as plain data (``chunk_size`` is ``None`` for whole prompts)."""
+        return {
+            "chunk_size": self.chunk_size,
+            "token_budget": self.token_budget,
+            "max_prefills_per_step": self.max_prefills_per_step,
+            "max_decode_tokens": self.max_decode_tokens,
+            "max_running": self.max_running,
+        }
+
+    def scheduler_options(self, longest_prompt: int) -> dict[str, Any]:
+        """Keyword arguments of the scheduler ``Config`` this configuration runs with."""
+        return {
+            "chunk_size": max(1, longest_prompt) if self.chunk_size is None else self.chunk_size,
+            "max_decode_tokens": self.max_decode_tokens,
+            "interleave_decode": True,
+            "token_budget": self.token_budget,
+            "max_prefills_per_step": self.max_prefills_per_step,
+        }
+
+
+def _normalise(cfg: SimConfig) -> SimConfig:
+    if cfg.chunk_size is None:
+        return SimConfig(None, None, 1, cfg.max_decode_tokens, cfg.max_running)
+    if cfg.token_budget is None and cfg.max_prefills_per_step != 1:
+        return SimConfig(cfg.chunk_size, None, 1, cfg.max_decode_tokens, cfg.max_running)
+    return cfg
+
+
+def expand_configs(
+    chunk_sizes: Iterable[int | None] = DEFAULT_CHUNK_SIZES,
+    token_budgets: Iterable[int | None] = (None,),
+    max_prefills_per_step: Iterable[int] = (1,),
+    max_decode_tokens: Iterable[int] = (128,),
+    max_running: Iterable[int] = (256,),
+) -> list[SimConfig]:
+    """Every combination of the given options (their cross product), in order.
+
+    The first option varies slowest. Options that do not apply are dropped before
+    duplicates are removed: ``chunk_size=None`` (whole prompts) runs without a token
+    budget and with one prefill per step, and a configuration without a token budget has
+    one prefill per step (the scheduler's rule).
+    """
+    out: list[SimConfig] = []
+    seen: set[SimConfig] = set()
+    for combo in itertools.product(
+        list(chunk_sizes),
+        list(token_budgets),
+        list(max_prefills_per_step),
+        list(max_decode_tokens),
+        list(max_running),
+    ):
+        chunk, budget, prefills, decode, running = combo
+        if chunk is None:
+            budget = None
+        cfg = _normalise(SimConfig(chunk, budget, prefills, decode, running))
+        if cfg not in seen:
+            seen.add(cfg)
+            out.append(cfg)
+    return out
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    """Summary of a latency distribution, in seconds (``None`` when it has no sample)."""
+
+    count: int
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    max: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The figures as plain data."""
+        return {
+            "count": self.count,
+            "mean": self.mean,
+            "p50": self.p50,
+            "p90": self.p90,
+            "p99": self.p99,
+            "max": self.max,
+        }
+
+    @classmethod
+    def of(
+        cls,
+        values: npt.NDArray[np.float64],
+        weights: npt.NDArray[np.int64] | None = None,
+    ) -> Percentiles:
+        """Inverted-CDF percentiles of ``values`` (each counted ``weights[i]`` times)."""
+        import numpy as np
+
+        if values.size == 0:
+            return cls(0, None, None, None, None, None)
+        order = np.argsort(values, kind="stable")
+        v = values[order]
+        w = np.ones(v.size, dtype=np.int64) if weights is None else weights[order]
+        cw = np.cumsum(w, dtype=np.int64)
+        total = int(cw[-1])
+        scaled = cw * 100
+
+        def pick(q: int) -> float:
+            return float(v[int(np.searchsorted(scaled, q * total, side="left"))])
+
+        mean = float(np.dot(v, w.astype(np.float64)) / total)
+        return cls(total, mean, pick(50), pick(90), pick(99), float(v[-1]))
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One simulated step (kept only with ``record_steps=True``)."""
+
+    index: int
+    start_s: float
+    end_s: float
+    decode_tokens: int
+    chunks: tuple[tuple[int, int, int, bool], ...]
+    """``(request_id, start, tokens, is_last)`` of each prefill chunk."""
+    decoded: tuple[int, ...]
+    """Ids of the decoding requests that received a token this step."""
+
+    @property
+    def duration_s(self) -> float:
+        """The modelled duration of the step."""
+        return self.end_s - self.start_s
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """What one configuration did to the workload: summaries plus the raw samples."""
+
+    config: SimConfig
+    requests: int
+    ttft_s: Percentiles
+    tbt_s: Percentiles
+    e2e_s: Percentiles
+    throughput_tok_s: float
+    steps: int
+    stalls: int
+    stall_threshold_s: float
+    sim_time_s: float
+    """From the first arrival to the last token."""
+    prefill_tokens: int
+    """Prompt tokens prefilled (cached ones excluded)."""
+    output_tokens: int
+    engine: EngineModel
+    arrival: npt.NDArray[np.float64] = field(repr=False, compare=False)
+    """Per request (workload order): arrival time."""
+    admitted: npt.NDArray[np.float64] = field(repr=False, compare=False)
+    """Per request: when it was admitted and enqueued into the scheduler."""
+    first_token: npt.NDArray[np.float64] = field(repr=False, compare=False)
+    """Per request: when its first token was emitted."""
+    finish: npt.NDArray[np.float64] = field(repr=False, compare=False)
+    """Per request: when its last token was emitted."""
+    prefilled: npt.NDArray[np.int64] = field(repr=False, compare=False)
+    """Per request: prompt tokens it was given in chunks."""
+    tbt_gaps: npt.NDArray[np.float64] = field(repr=False, compare=False)
+    """TBT gap values; gap ``i`` occurred ``tbt_weights[i]`` times."""
+    tbt_weights: npt.NDArray[np.int64] = field(repr=False, compare=False)
+    step_log: tuple[StepRecord, ...] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def ttft(self) -> npt.NDArray[np.float64]:
+        """Per-request TTFT samples, in workload order."""
+        return self.first_token - self.arrival
+
+    @property
+    def e2e(self) -> npt.NDArray[np.float64]:
+        """Per-request end-to-end latency samples, in workload order."""
+        return self.finish - self.arrival
+
+    def to_dict(self) -> dict[str, Any]:
+        """The summaries as JSON-ready plain data (the schema of ``--json``)."""
+        return {
+            "config": self.config.to_dict(),
+            "requests": self.requests,
+            "ttft_s": self.ttft_s.to_dict(),
+            "tbt_s": self.tbt_s.to_dict(),
+            "e2e_s": self.e2e_s.to_dict(),
+            "throughput_tok_s": self.throughput_tok_s,
+            "steps": self.steps,
+            "stalls": self.stalls,
+            "stall_threshold_s": self.stall_threshold_s,
+            "sim_time_s": self.sim_time_s,
+            "prefill_tokens": self.prefill_tokens,
+            "output_tokens": self.output_tokens,
+            "engine": self.engine.to_dict(),
+        }
+
+
+def resolve_backend(backend: Backend = "auto") -> ModuleType:
+    """The scheduler module for ``backend``: ``"rust"``, ``"pure"``, ``"auto"`` or a module.
+
+    ``"auto"`` follows ``CHUNKED_PREFILL_BACKEND`` when it is set, else takes the Rust
+    extension when it is built and the pure twin otherwise.
+    """
+    if isinstance(backend, ModuleType):
+        return backend
+    if backend == "auto":
+        env = os.environ.get("CHUNKED_PREFILL_BACKEND", "").strip().lower()
+        if env in ("rust", "pure"):
+            backend = env
+        else:
+            try:
+                return importlib.import_module("chunked_prefill._core")
+            except ImportError:
+                return importlib.import_module("chunked_prefill.pure")
+    if backend == "rust":
+        return importlib.import_module("chunked_prefill._core")
+    if backend == "pure":
+        return importlib.import_module("chunked_prefill.pure")
+    raise ValueError(f"backend must be 'auto', 'rust', 'pure' or a module, got {backend!r}")
+
+
+def backend_name(module: ModuleType) -> str:
+    """``"rust"`` or ``"pure"`` for the package's backends, else the module's name."""
+    return {"chunked_prefill._core": "rust", "chunked_prefill.pure": "pure"}.get(
+        module.__name__, module.__name__
+    )
+
+
+ProgressCallback = Callable[[int, int, int], None]
+"""``(config_index, requests_done, requests_total)``, called now and then during a run."""
+
+
+def simulate(
+    workload: Workload | Sequence[Request],
+    configs: SimConfig | Iterable[SimConfig] | None = None,
+    *,
+    engine: EngineModel = DEFAULT_ENGINE,
+    backend: Backend = "auto",
+    stall_threshold_s: float = DEFAULT_STALL_THRESHOLD_S,
+    record_steps: bool = False,
+    on_progress: ProgressCallback | None = None,
+) -> list[SimResult]:
+    """Replay ``workload`` through the scheduler once per configuration.
+
+    ``configs`` defaults to :func:`expand_configs` of the default chunk sizes (256, 512,
+    2048 and whole prompts). ``backend`` picks the scheduler implementation (see
+    :func:`resolve_backend`); both give identical results. ``record_steps`` keeps a
+    :class:`StepRecord` per step in ``SimResult.step_log`` (slow, for checks). Returns one
+    :class:`SimResult` per configuration, in order.
+    """
+    if not isinstance(workload, Workload):
+        workload = Workload.from_requests(workload)
+    if len(workload) == 0:
+        raise ValueError("the workload holds no requests")
+    if isinstance(configs, SimConfig):
+        cfg_list = [configs]
+    elif configs is None:
+        cfg_list = expand_configs()
+    else:
+        cfg_list = list(configs)
+    if not cfg_list:
+        raise ValueError("no configuration to simulate")
+    if not (math.isfinite(stall_threshold_s) and stall_threshold_s >= 0):
+        raise ValueError(f"stall_threshold_s must be finite and >= 0, got {stall_threshold_s!r}")
+    module = resolve_backend(backend)
+    results = []
+    for index, cfg in enumerate(cfg_list):
+        callback = (
+            None if on_progress is None else _ProgressAdapter(on_progress, index, len(workload))
+        )
+        results.append(
+            _run(workload, cfg, engine, module, stall_threshold_s, record_steps, callback)
+        )
+    return results
+
+
+class _ProgressAdapter:
+    """Turns ``on_progress(config_index, done, total)`` into a one-argument callback."""
+
+    def __init__(self, fn: ProgressCallback, index: int, total: int) -> None:
+        self.fn = fn
+        self.index = index
+        self.total = total
+
+    def __call__(self, done: int) -> None:
+        self.fn(self.index, done, self.total)
+
+
+def _make_scheduler(module: ModuleType, options: dict[str, Any]) -> _core.Scheduler:
+    try:
+        config = module.Config(**options)
+    except ValueError as err:
+        raise ValueError(f"invalid scheduler configuration {options}: {err}") from None
+    scheduler: _core.Scheduler = module.Scheduler(config)
+    return scheduler
+
+
+def _run(
+    wl: Workload,
+    cfg: SimConfig,
+    engine: EngineModel,
+    module: ModuleType,
+    stall_threshold: float,
+    record: bool,
+    progress: Callable[[int], None] | None,
+) -> SimResult:
+    import numpy as np
+
+    arrival = wl.arrival_s
+    prompt = wl.prompt_tokens
+    output = wl.output_tokens
+    cached = wl.cached_tokens
+    prio = wl.priority
+    n = len(arrival)
+    order = sorted(range(n), key=lambda i: (arrival[i], i))
+    sched = _make_scheduler(module, cfg.scheduler_options(max(prompt)))
+    enqueue = sched.enqueue
+    next_step = sched.next_step
+    drain = sched.drain_completed
+    keywords = any(cached) or any(prio)
+
+    nan = math.nan
+    admitted = [nan] * n
+    first = [nan] * n
+    finish = [nan] * n
+    prefilled = [0] * n
+    # Decode pool, updated per step rather than per token. `full` counts the steps that
+    # served every decoding request; request r has fin[r] - full tokens left to decode, so
+    # a full step decrements all of them at once (full += 1) and a round-robin step that
+    # serves only some decrements theirs (fin[r] -= 1). fin[r] is -1 while r is not
+    # decoding. `buckets` maps a value of `full` to the requests due then; an entry goes
+    # stale when fin[r] moves (checked on pop), and the moved ones are filed again at the
+    # next full step. TBT gaps are stored as (value, count) pairs: a full step right after
+    # another adds one pair for all its requests.
+    fin = [-1] * n
+    last_t = [0.0] * n  # last token time; stale if a full step came later (last_full_end)
+    buckets: dict[int, list[int]] = {}
+    rr: deque[int] = deque()  # round-robin order of decoding requests (plus dead entries)
+    dead = 0
+    pool_n = 0
+    pool_ctx = 0  # sum of the decoding requests' context lengths
+    full = 0
+    latest_due = 0  # no decoding request is due after this value of `full`
+    last_full_end = -math.inf  # end of the last step that served every decoding request
+    uniform = True  # every decoding request's last token came at the current step start
+    gap_v: list[float] = []
+    gap_w: list[int] = []
+    stalls = 0
+    thr = stall_threshold
+    t_min = engine.t_min_s
+    c0 = engine.c0_s
+    c_tok = engine.c_tok_s
+    c_attn = engine.c_attn_s
+    c_kv = engine.c_kv_s
+    max_running = cfg.max_running
+    log: list[StepRecord] | None = [] if record else None
+
+    decode_limit = sum(output) - n
+    now = 0.0
+    nxt = 0
+    running = 0
+    done = 0
+    steps = 0
+    decode_total = 0
+    prefill_total = 0
+    while done < n:
+        while nxt < n and running < max_running:
+            r = order[nxt]
+            if arrival[r] > now:
+                break
+            if keywords:
+                enqueue(r, prompt[r], cached_tokens=cached[r], priority=prio[r])
+            else:
+                enqueue(r, prompt[r])
+            admitted[r] = now
+            running += 1
+            nxt += 1
+        if running == 0:
+            now = arrival[order[nxt]]
+            continue
+
+        step = next_step(pool_n)
+        d = step.decode_tokens
+        start_t = now
+        ptok = 0
+        attn = 0
+        lasts: list[int] | None = None
+        for c in step.chunks:
+            t = c.tokens
+            s = c.start
+            rid = c.request_id
+            ptok += t
+            attn += t * s + (t * (t + 1) >> 1)
+            prefilled[rid] += t
+            if c.is_last:
+                if lasts is None:
+                    lasts = [rid]
+                else:
+                    lasts.append(rid)
+        if d > pool_n or (d == 0 and ptok == 0):
+            raise RuntimeError(
+                f"step {step.step_index}: the scheduler planned {d} decode tokens and"
+                f" {ptok} prefill tokens with {pool_n} decoding requests"
+            )
+        served: list[int] | None = None
+        if d == pool_n:
+            kv = pool_ctx
+        else:
+            served = []
+            kv = 0
+            k = d
+            while k:
+                r = rr.popleft()
+                f = fin[r]
+                if f >= 0:
+                    served.append(r)
+                    kv += prompt[r] + output[r] - f + full
+                    k -= 1
+                else:
+                    dead -= 1
+        lin = c0 + c_tok * (ptok + d)
+        if lin < t_min:
+            lin = t_min
+        dur = lin + c_attn * attn + c_kv * kv
+        now = start_t + dur
+        steps += 1
+        prefill_total += ptok
+        decoded: tuple[int, ...] = ()
+        if d:
+            decode_total += d
+            if decode_total > decode_limit:
+                raise RuntimeError("more decode tokens ran than the workload asks for")
+            pool_ctx += d  # every served request's context grows by its new token
+            if served is None:
+                if log is not None:
+                    decoded = tuple(r for r in rr if fin[r] >= 0)
+                if uniform:
+                    gap_v.append(dur)
+                    gap_w.append(d)
+                    if dur > thr:
+                        stalls += d
+                else:
+                    # The first full step after round-robin ones: gaps differ by request,
+                    # and the requests served since the last full step get their bucket.
+                    lfe = last_full_end
+                    prev = -1.0
+                    run = 0
+                    for r in rr:
+                        f = fin[r]
+                        if f < 0:
+                            continue
+                        lt = last_t[r]
+                        if lt > lfe:
+                            bucket = buckets.get(f)
+                            if bucket is None:
+                                buckets[f] = [r]
+                            else:
+                                bucket.append(r)
+                        else:
+                            lt = lfe
+                        if lt != prev:
+                            if run:
+                                gap = now - prev
+                                gap_v.append(gap)
+                                gap_w.append(run)
+                                if gap > thr:
+                                    stalls += run
+                            prev = lt
+                            run = 1
+                        else:
+                            run += 1
+                    if run:
+                        gap = now - prev
+                        gap_v.append(gap)
+                        gap_w.append(run)
+                        if gap > thr:
+                            stalls += run
+                    uniform = True
+                last_full_end = now
+                full += 1
+                if full > latest_due:
+                    raise RuntimeError("decode bookkeeping lost a request (a simulator bug)")
+                due = buckets.pop(full, None)
+                if due is not None:
+                    for r in due:
+                        if fin[r] == full:
+                            fin[r] = -1
+                            finish[r] = now
+                            pool_n -= 1
+                            pool_ctx -= prompt[r] + output[r]
+                            running -= 1
+                            done += 1
+                            dead += 1
+            else:
+                if log is not None:
+                    decoded = tuple(served)
+                # Round-robin step. Requests served together last time are adjacent and
+                # share a gap: one sample with a weight per run of equal gaps. Buckets are
+                # brought up to date at the next full step, not here.
+                lfe = last_full_end
+                prev = -1.0
+                run = 0
+                for r in served:
+                    lt = last_t[r]
+                    if lt < lfe:
+                        lt = lfe
+                    if lt != prev:
+                        if run:
+                            gap = now - prev
+                            gap_v.append(gap)
+                            gap_w.append(run)
+                            if gap > thr:
+                                stalls += run
+                        prev = lt
+                        run = 1
+                    else:
+                        run += 1
+                    last_t[r] = now
+                    f = fin[r] - 1
+                    if f == full:  # that was its last token
+                        fin[r] = -1
+                        finish[r] = now
+                        pool_n -= 1
+                        pool_ctx -= prompt[r] + output[r]
+                        running -= 1
+                        done += 1
+                    else:
+                        fin[r] = f
+                        rr.append(r)
+                gap = now - prev
+                gap_v.append(gap)
+                gap_w.append(run)
+                if gap > thr:
+                    stalls += run
+                uniform = False
+        if lasts is not None:
+            for r in lasts:
+                first[r] = now
+                o = output[r]
+                if o == 1:
+                    finish[r] = now
+                    running -= 1
+                    done += 1
+                else:
+                    f = full + o - 1
+                    fin[r] = f
+                    if f > latest_due:
+                        latest_due = f
+                    bucket = buckets.get(f)
+                    if bucket is None:
+                        buckets[f] = [r]
+                    else:
+                        bucket.append(r)
+                    rr.append(r)
+                    last_t[r] = now
+                    pool_n += 1
+                    pool_ctx += prompt[r] + 1
+            drain()
+        if dead > 64 and dead > pool_n:
+            rr = deque(r for r in rr if fin[r] >= 0)
+            dead = 0
+        if log is not None:
+            log.append(
+                StepRecord(
+                    index=step.step_index,
+                    start_s=start_t,
+                    end_s=now,
+                    decode_tokens=d,
+                    chunks=tuple((c.request_id, c.start, c.tokens, c.is_last) for c in step.chunks),
+                    decoded=decoded,
+                )
+            )
+        if progress is not None and not steps & 4095:
+            progress(done)
+    if progress is not None:
+        progress(done)
+
+    # The scheduler's contract, checked on every run.
+    for r in range(n):
+        want = prompt[r] - cached[r] if cached[r] < prompt[r] else 1
+        if prefilled[r] != want:
+            raise RuntimeError(f"request {r} was prefilled {prefilled[r]} tokens, expected {want}")
+    if decode_total != decode_limit:
+        raise RuntimeError(f"{decode_total} decode tokens ran, expected {decode_limit}")
+
+    arr = np.asarray(arrival, dtype=np.float64)
+    first_a = np.asarray(first, dtype=np.float64)
+    finish_a = np.asarray(finish, dtype=np.float64)
+    gaps = np.asarray(gap_v, dtype=np.float64)
+    weights = np.asarray(gap_w, dtype=np.int64)
+    span = float(finish_a.max() - arr.min())
+    total_out = sum(output)
+    return SimResult(
+        config=cfg,
+        requests=n,
+        ttft_s=Percentiles.of(first_a - arr),
+        tbt_s=Percentiles.of(gaps, weights),
+        e2e_s=Percentiles.of(finish_a - arr),
+        throughput_tok_s=total_out / span if span > 0 else math.inf,
+        steps=steps,
+        stalls=stalls,
+        stall_threshold_s=stall_threshold,
+        sim_time_s=span,
+        prefill_tokens=prefill_total,
+        output_tokens=total_out,
+        engine=engine,
+        arrival=arr,
+        admitted=np.asarray(admitted, dtype=np.float64),
+        first_token=first_a,
+        finish=finish_a,
+        prefilled=np.asarray(prefilled, dtype=np.int64),
+        tbt_gaps=gaps,
+        tbt_weights=weights,
+        step_log=tuple(log) if log is not None else None,
+    )

@@ -1,0 +1,632 @@
+"""Workloads for the simulator: the embedded synthetic chat workload and trace files.
+
+A :class:`Workload` is a column store of requests (arrival time, prompt length, output
+length, and optionally prefix-cached prompt tokens and a scheduling priority). Request
+``i`` of a workload is simulated as scheduler request id ``i``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+__all__ = [
+    "FIELD_ALIASES",
+    "ChatWorkloadSpec",
+    "Request",
+    "TraceError",
+    "Workload",
+    "default_workload",
+    "load_trace",
+]
+
+I64_MIN = -(2**63)
+I64_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of a workload.
+
+    ``arrival_s`` is when it reaches the server (seconds), ``prompt_tokens`` its prompt
+    length, ``output_tokens`` how many tokens it generates (the first one comes out of the
+    prefill step, the others one per decode step), ``cached_tokens`` how many prompt tokens
+    are already in the engine's prefix cache and ``priority`` its scheduling priority
+    (lower first).
+    """
+
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    cached_tokens: int = 0
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests as parallel columns; request ``i`` is simulated as request id ``i``.
+
+    Build one with :func:`default_workload`, :func:`load_trace` or
+    :meth:`Workload.from_requests`. The columns must have equal lengths.
+    """
+
+    arrival_s: tuple[float, ...]
+    prompt_tokens: tuple[int, ...]
+    output_tokens: tuple[int, ...]
+    cached_tokens: tuple[int, ...] = ()
+    priority: tuple[int, ...] = ()
+    source: str = "custom"
+    """A short description of where the requests come from (shown in reports)."""
+
+    def __post_init__(self) -> None:
+        n = len(self.arrival_s)
+        if not self.cached_tokens:
+            object.__setattr__(self, "cached_tokens", (0,) * n)
+        if not self.priority:
+            object.__setattr__(self, "priority", (0,) * n)
+        lengths = {
+            len(self.prompt_tokens),
+            len(self.output_tokens),
+            len(self.cached_tokens),
+            len(self.priority),
+        }
+        if lengths != {n}:
+            raise ValueError("Workload columns must all have the same length")
+        for i in range(n):
+            a = self.arrival_s[i]
+            p = self.prompt_tokens[i]
+            o = self.output_tokens[i]
+            c = self.cached_tokens[i]
+            if not (isinstance(a, (int, float)) and math.isfinite(a) and a >= 0):
+                raise ValueError(f"request {i}: arrival_s must be a finite number >= 0, got {a!r}")
+            if type(p) is not int or p < 1:
+                raise ValueError(f"request {i}: prompt_tokens must be an int >= 1, got {p!r}")
+            if type(o) is not int or o < 1:
+                raise ValueError(f"request {i}: output_tokens must be an int >= 1, got {o!r}")
+            if type(c) is not int or not 0 <= c <= p:
+                raise ValueError(
+                    f"request {i}: cached_tokens must be an int in [0, prompt_tokens={p}],"
+                    f" got {c!r}"
+                )
+            q = self.priority[i]
+            if type(q) is not int or not I64_MIN <= q <= I64_MAX:
+                raise ValueError(f"request {i}: priority must be a 64-bit int, got {q!r}")
+
+    @classmethod
+    def from_requests(cls, requests: Iterable[Request], *, source: str = "custom") -> Workload:
+        """A workload holding ``requests`` in the given order."""
+        reqs = list(requests)
+        return cls(
+            arrival_s=tuple(float(r.arrival_s) for r in reqs),
+            prompt_tokens=tuple(r.prompt_tokens for r in reqs),
+            output_tokens=tuple(r.output_tokens for r in reqs),
+            cached_tokens=tuple(r.cached_tokens for r in reqs),
+            priority=tuple(r.priority for r in reqs),
+            source=source,
+        )
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    def __iter__(self) -> Iterator[Request]:
+        return self.requests()
+
+    def requests(self) -> Iterator[Request]:
+        """The requests one by one, as :class:`Request` values."""
+        for i in range(len(self.arrival_s)):
+            yield Request(
+                self.arrival_s[i],
+                self.prompt_tokens[i],
+                self.output_tokens[i],
+                self.cached_tokens[i],
+                self.priority[i],
+            )
+
+    def head(self, n: int) -> Workload:
+        """The first ``n`` requests (all of them if there are fewer)."""
+        if n < 0:
+            raise ValueError(f"head() needs n >= 0, got {n}")
+        return Workload(
+            self.arrival_s[:n],
+            self.prompt_tokens[:n],
+            self.output_tokens[:n],
+            self.cached_tokens[:n],
+            self.priority[:n],
+            source=self.source,
+        )
+
+    def scaled(self, prompt_scale: float = 1.0, output_scale: float = 1.0) -> Workload:
+        """Lengths multiplied by the scales, rounded to the nearest integer, at least 1.
+
+        Cached prompt tokens scale with the prompt (rounded down, never above the scaled
+        prompt). Scales of exactly 1 leave the workload unchanged.
+        """
+        for name, s in (("prompt_scale", prompt_scale), ("output_scale", output_scale)):
+            if not (math.isfinite(s) and s > 0):
+                raise ValueError(f"{name} must be a finite number > 0, got {s!r}")
+        if prompt_scale == 1.0 and output_scale == 1.0:
+            return self
+        prompts = self.prompt_tokens
+        cached = self.cached_tokens
+        if prompt_scale != 1.0:
+            prompts = tuple(max(1, round(p * prompt_scale)) for p in self.prompt_tokens)
+            cached = tuple(
+                min(math.floor(c * prompt_scale), p) for c, p in zip(self.cached_tokens, prompts)
+            )
+        outputs = self.output_tokens
+        if output_scale != 1.0:
+            outputs = tuple(max(1, round(o * output_scale)) for o in self.output_tokens)
+        return Workload(
+            self.arrival_s,
+            prompts,
+            outputs,
+            cached,
+            self.priority,
+            source=f"{self.source} (prompt x{prompt_scale:g}, output x{output_scale:g})",
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """Counts and means of the workload, as plain data."""
+        n = len(self)
+        if n == 0:
+            return {"requests": 0, "source": self.source}
+        span = max(self.arrival_s) - min(self.arrival_s)
+        return {
+            "requests": n,
+            "source": self.source,
+            "arrival_span_s": span,
+            "mean_rate_rps": (n - 1) / span if span > 0 else math.inf,
+            "prompt_tokens_mean": sum(self.prompt_tokens) / n,
+            "prompt_tokens_max": max(self.prompt_tokens),
+            "output_tokens_mean": sum(self.output_tokens) / n,
+            "output_tokens_max": max(self.output_tokens),
+            "cached_tokens_total": sum(self.cached_tokens),
+        }
+
+
+# --------------------------------------------------------------------------- synthetic
+
+
+@dataclass(frozen=True)
+class ChatWorkloadSpec:
+    """Length distributions of the embedded synthetic chat workload.
+
+    Prompt lengths are a two-part lognormal mixture: with probability
+    ``1 - long_fraction`` a chat turn, lognormal with median ``chat_prompt_median`` and
+    log-standard-deviation ``chat_prompt_sigma``; with probability ``long_fraction`` a long
+    document prompt (RAG context, pasted file), lognormal with median
+    ``long_prompt_median`` and sigma ``long_prompt_sigma``. Output lengths are lognormal with
+    median ``output_median`` and sigma ``output_sigma``. Lognormals have a heavy right tail;
+    every length is rounded and truncated to ``[1, max_*_tokens]`` (the synthetic
+    distribution's support; traces are never truncated).
+
+    The defaults give a mean prompt of about 640 tokens with 8% of prompts between about
+    1 500 and 6 000 tokens, and a mean output of about 190 tokens: the shape of chat traces
+    such as ShareGPT and LMSYS-Chat with a RAG-like long-prompt share added.
+    """
+
+    chat_prompt_median: float = 256.0
+    chat_prompt_sigma: float = 1.1
+    long_fraction: float = 0.08
+    long_prompt_median: float = 3000.0
+    long_prompt_sigma: float = 0.35
+    max_prompt_tokens: int = 8192
+    output_median: float = 128.0
+    output_sigma: float = 0.9
+    max_output_tokens: int = 2048
+
+
+DEFAULT_REQUESTS = 1000
+"""How many requests :func:`default_workload` makes unless told."""
+DEFAULT_RATE = 6.0
+"""The default Poisson arrival rate of the synthetic workload, requests per second."""
+
+
+def default_workload(
+    requests: int = DEFAULT_REQUESTS,
+    *,
+    rate: float = DEFAULT_RATE,
+    seed: int = 0,
+    prompt_scale: float = 1.0,
+    output_scale: float = 1.0,
+    spec: ChatWorkloadSpec | None = None,
+) -> Workload:
+    """The embedded synthetic chat workload (see :class:`ChatWorkloadSpec`).
+
+    Arrivals are a Poisson process of ``rate`` requests per second (exponential gaps, the
+    first request arriving after the first gap); ``rate=math.inf`` puts every request at
+    t=0. Everything is drawn from ``numpy.random.default_rng(seed)``: the same arguments
+    give the same workload on every machine. Lengths are drawn before arrival gaps, so a
+    different ``rate`` keeps every request's lengths and only stretches the arrival times.
+    """
+    import numpy as np
+
+    if type(requests) is not int or requests < 1:
+        raise ValueError(f"requests must be an int >= 1, got {requests!r}")
+    if not (rate > 0 and not math.isnan(rate)):
+        raise ValueError(f"rate must be > 0 (or inf), got {rate!r}")
+    spec = spec or ChatWorkloadSpec()
+    rng = np.random.default_rng(seed)
+    is_long = rng.random(requests) < spec.long_fraction
+    chat = rng.lognormal(math.log(spec.chat_prompt_median), spec.chat_prompt_sigma, requests)
+    long = rng.lognormal(math.log(spec.long_prompt_median), spec.long_prompt_sigma, requests)
+    prompt = np.clip(np.rint(np.where(is_long, long, chat)), 1, spec.max_prompt_tokens)
+    output = rng.lognormal(math.log(spec.output_median), spec.output_sigma, requests)
+    output = np.clip(np.rint(output), 1, spec.max_output_tokens)
+    gaps = rng.standard_exponential(requests)
+    arrivals = np.zeros(requests) if math.isinf(rate) else np.cumsum(gaps / rate)
+    rate_text = "inf" if math.isinf(rate) else f"{rate:g}"
+    workload = Workload(
+        arrival_s=tuple(float(a) for a in arrivals.tolist()),
+        prompt_tokens=tuple(int(p) for p in prompt.tolist()),
+        output_tokens=tuple(int(o) for o in output.tolist()),
+        source=f"synthetic chat workload ({requests} requests, {rate_text} req/s, seed {seed})",
+    )
+    return workload.scaled(prompt_scale, output_scale)
+
+
+# --------------------------------------------------------------------------- traces
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be read as a workload.
+
+    ``path``, ``line`` (1-based, 0 when the problem is the file as a whole) and ``field``
+    (the column, or ``None``) say where; the message says the same in words.
+    """
+
+    def __init__(self, path: str, line: int, field: str | None, problem: str) -> None:
+        self.path = path
+        self.line = line
+        self.field = field
+        self.problem = problem
+        where = f"{path}:{line}" if line else path
+        what = f" field {field!r}:" if field else ""
+        super().__init__(f"{where}:{what} {problem}")
+
+
+FIELD_ALIASES: Mapping[str, tuple[str, ...]] = {
+    "arrival_s": (
+        "arrival_s",
+        "arrival",
+        "arrival_time",
+        "arrival_time_s",
+        "arrived_at",
+        "timestamp",
+        "time",
+        "time_s",
+        "ts",
+    ),
+    "prompt_tokens": (
+        "prompt_tokens",
+        "prompt_len",
+        "prompt_length",
+        "input_tokens",
+        "input_len",
+        "input_length",
+        "num_prefill_tokens",
+        "num_input_tokens",
+        "num_prompt_tokens",
+        "context_tokens",
+        "request_tokens",
+    ),
+    "output_tokens": (
+        "output_tokens",
+        "output_len",
+        "output_length",
+        "num_decode_tokens",
+        "num_output_tokens",
+        "generated_tokens",
+        "completion_tokens",
+        "response_tokens",
+        "decode_tokens",
+    ),
+    "cached_tokens": ("cached_tokens", "num_cached_tokens", "prefix_cached_tokens"),
+    "priority": ("priority",),
+}
+"""Column names accepted for each field. Matching ignores case, ``_``, ``-`` and spaces, so
+``ContextTokens`` (Azure LLM inference traces), ``Request tokens`` (BurstGPT) and
+``num_prefill_tokens`` (Vidur) all name ``prompt_tokens``."""
+
+_REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
+_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+def _norm(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+_ALIAS_INDEX: dict[str, str] = {
+    _norm(alias): canon for canon, aliases in FIELD_ALIASES.items() for alias in aliases
+}
+
+
+def _map_columns(path: str, line: int, names: Sequence[str]) -> dict[str, str]:
+    """Canonical field -> the column name that holds it; errors on missing or doubled."""
+    found: dict[str, str] = {}
+    for name in names:
+        canon = _ALIAS_INDEX.get(_norm(name))
+        if canon is None:
+            continue
+        if canon in found:
+            raise TraceError(
+                path,
+                line,
+                name,
+                f"names the same field as column {found[canon]!r} ({canon}); keep one of them",
+            )
+        found[canon] = name
+    for canon in _REQUIRED:
+        if canon not in found:
+            raise TraceError(
+                path,
+                line,
+                canon,
+                "is missing; accepted column names: " + ", ".join(FIELD_ALIASES[canon]),
+            )
+    return found
+
+
+class _Columns:
+    def __init__(self) -> None:
+        self.arrival: list[float] = []
+        self.prompt: list[int] = []
+        self.output: list[int] = []
+        self.cached: list[int] = []
+        self.priority: list[int] = []
+        self.time_kind: str | None = None  # "number" or "datetime", fixed by the first row
+
+
+def _parse_int(
+    path: str, line: int, col: str, raw: object, *, low: int, high: int, what: str
+) -> int:
+    value: int | None = None
+    if isinstance(raw, bool):
+        value = None
+    elif isinstance(raw, int):
+        value = raw
+    elif isinstance(raw, float):
+        value = int(raw) if math.isfinite(raw) and raw.is_integer() else None
+    elif isinstance(raw, str):
+        text = raw.strip()
+        try:
+            value = int(text)
+        except ValueError:
+            try:
+                f = float(text)
+            except ValueError:
+                f = math.nan
+            value = int(f) if math.isfinite(f) and f.is_integer() else None
+    if value is None:
+        raise TraceError(path, line, col, f"expected {what}, got {raw!r}")
+    if not low <= value <= high:
+        raise TraceError(path, line, col, f"expected {what}, got {value}")
+    return value
+
+
+def _parse_time(path: str, line: int, col: str, raw: object, unit: float, cols: _Columns) -> float:
+    value: float | None = None
+    kind = "number"
+    if isinstance(raw, bool):
+        value = None
+    elif isinstance(raw, (int, float)):
+        value = float(raw) * unit
+    elif isinstance(raw, str):
+        text = raw.strip()
+        try:
+            value = float(text) * unit
+        except ValueError:
+            value = _parse_datetime(text)
+            kind = "datetime"
+    if value is None:
+        raise TraceError(
+            path, line, col, f"expected seconds (a number) or an ISO date-time, got {raw!r}"
+        )
+    if not math.isfinite(value):
+        raise TraceError(path, line, col, f"expected a finite time, got {raw!r}")
+    if cols.time_kind is None:
+        cols.time_kind = kind
+    elif cols.time_kind != kind:
+        raise TraceError(
+            path, line, col, f"is a {kind} but earlier rows hold {cols.time_kind}s: {raw!r}"
+        )
+    if kind == "number" and value < 0:
+        raise TraceError(path, line, col, f"expected a time >= 0, got {raw!r}")
+    return value
+
+
+def _parse_datetime(text: str) -> float | None:
+    """Seconds since the epoch of an ISO-8601 date-time (naive ones read as UTC)."""
+    candidate = text.replace("Z", "+00:00")
+    # Python < 3.11 accepts only 3 or 6 fraction digits; traces often carry 7.
+    dot = candidate.find(".")
+    if dot != -1:
+        end = dot + 1
+        while end < len(candidate) and candidate[end].isdigit():
+            end += 1
+        frac = candidate[dot + 1 : end]
+        candidate = candidate[: dot + 1] + (frac + "000000")[:6] + candidate[end:]
+    try:
+        stamp = datetime.fromisoformat(candidate)
+    except ValueError:
+        return None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=timezone.utc)
+    return stamp.timestamp()
+
+
+def _add_row(
+    path: str,
+    line: int,
+    row: Mapping[str, object],
+    mapping: Mapping[str, str],
+    unit: float,
+    cols: _Columns,
+) -> None:
+    values: dict[str, object] = {}
+    for canon, col in mapping.items():
+        raw = row.get(col)
+        if raw is None or (isinstance(raw, str) and not raw.strip()):
+            if canon in _REQUIRED:
+                raise TraceError(path, line, col, "is missing or empty")
+            continue
+        values[canon] = raw
+    arrival = _parse_time(path, line, mapping["arrival_s"], values["arrival_s"], unit, cols)
+    prompt = _parse_int(
+        path,
+        line,
+        mapping["prompt_tokens"],
+        values["prompt_tokens"],
+        low=1,
+        high=2**63,
+        what="a whole number of tokens >= 1",
+    )
+    output = _parse_int(
+        path,
+        line,
+        mapping["output_tokens"],
+        values["output_tokens"],
+        low=1,
+        high=2**63,
+        what="a whole number of tokens >= 1",
+    )
+    cached = 0
+    if "cached_tokens" in values:
+        cached = _parse_int(
+            path,
+            line,
+            mapping["cached_tokens"],
+            values["cached_tokens"],
+            low=0,
+            high=prompt,
+            what=f"a whole number of tokens in [0, prompt_tokens={prompt}]",
+        )
+    priority = 0
+    if "priority" in values:
+        priority = _parse_int(
+            path,
+            line,
+            mapping["priority"],
+            values["priority"],
+            low=I64_MIN,
+            high=I64_MAX,
+            what="a signed 64-bit integer",
+        )
+    cols.arrival.append(arrival)
+    cols.prompt.append(prompt)
+    cols.output.append(output)
+    cols.cached.append(cached)
+    cols.priority.append(priority)
+
+
+def _read_csv(path: str, text: str, unit: float, cols: _Columns) -> None:
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header: list[str] | None = None
+    mapping: dict[str, str] = {}
+    header_line = 0
+    try:
+        for cells in reader:
+            line = reader.line_num
+            if not cells or all(not c.strip() for c in cells):
+                continue
+            if header is None:
+                header = [c.strip() for c in cells]
+                header_line = line
+                mapping = _map_columns(path, line, header)
+                continue
+            if len(cells) != len(header):
+                raise TraceError(
+                    path,
+                    line,
+                    None,
+                    f"row has {len(cells)} cells but the header (line {header_line})"
+                    f" has {len(header)}",
+                )
+            _add_row(path, line, dict(zip(header, cells)), mapping, unit, cols)
+    except csv.Error as err:
+        raise TraceError(path, reader.line_num, None, f"malformed CSV: {err}") from None
+    if header is None:
+        raise TraceError(path, 0, None, "is empty: expected a header row and requests")
+
+
+def _read_jsonl(path: str, text: str, unit: float, cols: _Columns) -> None:
+    for line, raw_line in enumerate(text.splitlines(), start=1):
+        if not raw_line.strip():
+            continue
+        try:
+            obj = json.loads(raw_line)
+        except json.JSONDecodeError as err:
+            raise TraceError(path, line, None, f"is not valid JSON: {err.msg}") from None
+        if not isinstance(obj, dict):
+            raise TraceError(path, line, None, f"expected a JSON object, got {type(obj).__name__}")
+        mapping = _map_columns(path, line, list(obj))
+        _add_row(path, line, obj, mapping, unit, cols)
+
+
+def load_trace(
+    path: str | os.PathLike[str],
+    *,
+    time_unit: str = "s",
+    format: str | None = None,
+) -> Workload:
+    """Read a request trace from a CSV or JSON Lines file.
+
+    Columns (CSV header or JSON keys): ``arrival_s``, ``prompt_tokens`` and
+    ``output_tokens``, required; ``cached_tokens`` and ``priority``, optional; any other
+    column is ignored. The names in :data:`FIELD_ALIASES` are accepted too. Arrival times
+    are numbers >= 0 in ``time_unit`` (``"s"``, ``"ms"`` or ``"us"``), or ISO-8601 date-times
+    in every row (then counted from the earliest; naive ones are read as UTC). The format
+    is ``format`` (``"csv"`` or ``"jsonl"``), or else the file suffix (``.csv``,
+    ``.jsonl``/``.ndjson``/``.json``), or else sniffed.
+
+    Rows are kept in file order (request ``i`` is the ``i``-th row); the simulator admits
+    them in arrival order. A malformed row raises :class:`TraceError` naming the file, line
+    and field; no row is dropped, clamped or repaired.
+    """
+    name = os.fspath(path)
+    if time_unit not in _TIME_UNITS:
+        raise ValueError(f"time_unit must be one of {sorted(_TIME_UNITS)}, got {time_unit!r}")
+    try:
+        with open(name, encoding="utf-8-sig", newline="") as fh:
+            text = fh.read()
+    except OSError as err:
+        raise TraceError(name, 0, None, f"cannot be read: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise TraceError(name, 0, None, f"is not UTF-8 text: {err}") from None
+    fmt = format
+    if fmt is None:
+        suffix = os.path.splitext(name)[1].lower()
+        if suffix == ".csv":
+            fmt = "csv"
+        elif suffix in (".jsonl", ".ndjson", ".json"):
+            fmt = "jsonl"
+        else:
+            fmt = "jsonl" if text.lstrip().startswith("{") else "csv"
+    cols = _Columns()
+    unit = _TIME_UNITS[time_unit]
+    if fmt == "csv":
+        _read_csv(name, text, unit, cols)
+    elif fmt == "jsonl":
+        _read_jsonl(name, text, unit, cols)
+    else:
+        raise ValueError(f"format must be 'csv' or 'jsonl', got {format!r}")
+    if not cols.arrival:
+        raise TraceError(name, 0, None, "holds no requests")
+    if cols.time_kind == "datetime":
+        first = min(cols.arrival)
+        cols.arrival = [a - first for a in cols.arrival]
+    return Workload(
+        arrival_s=tuple(cols.arrival),
+        prompt_tokens=tuple(cols.prompt),
+        output_tokens=tuple(cols.output),
+        cached_tokens=tuple(cols.cached),
+        priority=tuple(cols.priority),
+        source=f"trace {name} ({len(cols.arrival)} requests)",
+    )
