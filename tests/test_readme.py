@@ -17,6 +17,11 @@ def examples() -> list[str]:
     return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
 
 
+def uses_transformers(code: str) -> bool:
+    """Whether an example needs the hf extra (tests/test_hf.py runs it)."""
+    return "import torch" in code or "chunked_prefill import hf" in code
+
+
 def test_readme_has_examples() -> None:
     assert examples()
 
@@ -24,9 +29,8 @@ def test_readme_has_examples() -> None:
 @pytest.mark.parametrize("index", range(len(examples())))
 def test_readme_example_runs(index: int) -> None:
     code = examples()[index]
-    if "import torch" in code or "chunked_prefill.hf" in code:
-        pytest.importorskip("torch", reason="needs torch: pip install 'chunked-prefill[hf]'")
-        pytest.importorskip("transformers", reason="needs transformers")
+    if uses_transformers(code):
+        pytest.skip("run by tests/test_hf.py, with the hf extra")
     exec(compile(code, f"README.md example {index}", "exec"), {"__name__": "__readme__"})
 
 
@@ -34,7 +38,7 @@ def test_readme_examples_pass_mypy_strict(tmp_path: Path) -> None:
     pytest.importorskip("mypy")
     files = []
     for index, code in enumerate(examples()):
-        if "import torch" in code or "chunked_prefill.hf" in code:
+        if uses_transformers(code):
             continue
         path = tmp_path / f"example_{index}.py"
         path.write_text(code, encoding="utf-8")

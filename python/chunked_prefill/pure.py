@@ -579,6 +579,14 @@ def _state_from_dict(fields: dict[str, Any]) -> PrefillChunkState:
     )
 
 
+def _advance(state: PrefillChunkState, chunk_size: int, left: int) -> Chunk:
+    """Give ``state`` its next chunk: ``min(remaining, chunk_size, left)`` tokens."""
+    start = state._processed
+    tokens = min(state._total - start, chunk_size, left)
+    state._processed = start + tokens
+    return _new_chunk(state._request_id, start, tokens, state._processed == state._total)
+
+
 def _check_prompt(total: int, cached: int) -> None:
     if total == 0:
         raise ValueError(message("total_tokens_zero", value=total))
@@ -730,43 +738,37 @@ class Scheduler:
             chunks: list[Chunk] = []
             total = 0
             running = self._running
+            # Started requests first, in the order they started.
             if running and left:
                 finished: list[int] = []
                 for rid in running:
                     if len(chunks) == cap or not left:
                         break
-                    st = states[rid]
-                    start = st._processed
-                    take = min(st._total - start, chunk_size, left)
-                    st._processed = start + take
-                    last = st._processed == st._total
-                    chunks.append(_new_chunk(rid, start, take, last))
-                    total += take
-                    left -= take
-                    if last:
+                    chunk = _advance(states[rid], chunk_size, left)
+                    chunks.append(chunk)
+                    total += chunk._tokens
+                    left -= chunk._tokens
+                    if chunk._is_last:
                         finished.append(rid)
                 for rid in finished:
                     del running[rid]
                     self._completed.append(states[rid])
                 self._incomplete -= len(finished)
+            # Then requests not yet started, by priority and enqueue order.
             while len(chunks) < cap and left:
                 waiting_id = self._pop_waiting()
                 if waiting_id is None:
                     break
-                rid = waiting_id
-                st = states[rid]
-                start = st._processed
-                take = min(st._total - start, chunk_size, left)
-                st._processed = start + take
-                last = st._processed == st._total
-                chunks.append(_new_chunk(rid, start, take, last))
-                total += take
-                left -= take
-                if last:
+                st = states[waiting_id]
+                chunk = _advance(st, chunk_size, left)
+                chunks.append(chunk)
+                total += chunk._tokens
+                left -= chunk._tokens
+                if chunk._is_last:
                     self._completed.append(st)
                     self._incomplete -= 1
                 else:
-                    running[rid] = None
+                    running[waiting_id] = None
             index = self._step
             self._step = index + 1
             self._chunks += len(chunks)
@@ -877,25 +879,15 @@ class Scheduler:
     def _restore_request(
         self, rid: int, total: int, processed: int, cached: int, priority: int
     ) -> None:
-        _check_prompt(total, cached)
-        start = _prefill_start(total, cached)
-        if not start <= processed <= total:
-            raise ValueError(
-                message(
-                    "processed_out_of_range",
-                    start=start,
-                    total_tokens=total,
-                    processed_tokens=processed,
-                )
-            )
+        state = PrefillChunkState(
+            rid, total, cached_tokens=cached, priority=priority, processed_tokens=processed
+        )
         if rid in self._states:
             raise ValueError(message("duplicate_request", request_id=rid))
-        state = PrefillChunkState(rid, total, cached_tokens=cached, priority=priority)
-        state._processed = processed
         self._states[rid] = state
         if processed == total:
             self._completed.append(state)
-        elif processed > start:
+        elif processed > _prefill_start(total, cached):
             self._running[rid] = None
             self._incomplete += 1
         else:

@@ -243,16 +243,7 @@ impl ChunkedPrefillScheduler {
 
         self.chunks_scheduled += chunks.len() as u128;
         self.tokens_prefilled += prefill_tokens as u128;
-        let first = chunks.first();
-        ChunkedStep {
-            prefill_request_id: first.map(|c| c.request_id),
-            prefill_tokens,
-            decode_tokens,
-            step_index,
-            prefill_start: first.map_or(0, |c| c.start),
-            is_last_chunk: first.is_some_and(|c| c.is_last),
-            chunks,
-        }
+        ChunkedStep::assemble(step_index, decode_tokens, chunks, prefill_tokens)
     }
 
     /// Give `state` its next chunk: `min(remaining, chunk_size, left)` tokens.

@@ -54,8 +54,23 @@ impl ChunkedStep {
         for chunk in &chunks {
             prefill_tokens = prefill_tokens.checked_add(chunk.tokens)?;
         }
+        Some(Self::assemble(
+            step_index,
+            decode_tokens,
+            chunks,
+            prefill_tokens,
+        ))
+    }
+
+    /// The step, given the sum of its chunks' tokens (`prefill_tokens`).
+    pub(crate) fn assemble(
+        step_index: u128,
+        decode_tokens: usize,
+        chunks: Vec<Chunk>,
+        prefill_tokens: usize,
+    ) -> Self {
         let first = chunks.first();
-        Some(Self {
+        Self {
             prefill_request_id: first.map(|c| c.request_id),
             prefill_tokens,
             decode_tokens,
@@ -63,6 +78,6 @@ impl ChunkedStep {
             prefill_start: first.map_or(0, |c| c.start),
             is_last_chunk: first.is_some_and(|c| c.is_last),
             chunks,
-        })
+        }
     }
 }

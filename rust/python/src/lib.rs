@@ -83,6 +83,10 @@ fn to_bool(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<bool> {
     }
 }
 
+fn i64_or(arg: &Arg<'_>, name: &str, default: i64) -> PyResult<i64> {
+    arg.0.as_ref().map_or(Ok(default), |obj| to_i64(name, obj))
+}
+
 fn usize_or(arg: &Arg<'_>, name: &str, default: usize) -> PyResult<usize> {
     arg.0
         .as_ref()
@@ -482,10 +486,7 @@ impl PyPrefillChunkState {
         let request_id = to_u64("request_id", request_id)?;
         let total_tokens = to_usize("total_tokens", total_tokens)?;
         let cached_tokens = usize_or(&cached_tokens, "cached_tokens", 0)?;
-        let priority = match &priority.0 {
-            None => 0,
-            Some(obj) => to_i64("priority", obj)?,
-        };
+        let priority = i64_or(&priority, "priority", 0)?;
         let processed = match &processed_tokens.0 {
             Some(obj) if !obj.is_none() => Some(to_usize("processed_tokens", obj)?),
             _ => None,
@@ -683,10 +684,7 @@ impl PyScheduler {
         let request_id = to_u64("request_id", request_id)?;
         let total_tokens = to_usize("total_tokens", total_tokens)?;
         let cached_tokens = usize_or(&cached_tokens, "cached_tokens", 0)?;
-        let priority = match &priority.0 {
-            None => 0,
-            Some(obj) => to_i64("priority", obj)?,
-        };
+        let priority = i64_or(&priority, "priority", 0)?;
         self.lock()?
             .enqueue_with(request_id, total_tokens, cached_tokens, priority)
             .map_err(core_err)

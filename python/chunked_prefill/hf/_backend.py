@@ -1,0 +1,37 @@
+"""Which scheduler backend the transformers integration plans with."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+_ALIASES = {"rust": "chunked_prefill._core", "pure": "chunked_prefill.pure"}
+
+
+def resolve_backend(backend: Any = None) -> ModuleType:
+    """The module whose ``Config`` and ``Scheduler`` plan the steps.
+
+    ``None`` is the package's default (:mod:`chunked_prefill`, which follows
+    ``CHUNKED_PREFILL_BACKEND``); ``"rust"`` and ``"pure"`` name the two backends; a module
+    (``chunked_prefill._core``, ``chunked_prefill.pure``) or a dotted module name is used as
+    given.
+    """
+    if backend is None:
+        return importlib.import_module("chunked_prefill")
+    if isinstance(backend, ModuleType):
+        module = backend
+    elif isinstance(backend, str):
+        module = importlib.import_module(_ALIASES.get(backend, backend))
+    else:
+        raise TypeError(f"backend must be None, 'rust', 'pure' or a module, got {backend!r}")
+    if not hasattr(module, "Scheduler") or not hasattr(module, "Config"):
+        raise TypeError(f"backend {module.__name__!r} has no Scheduler and Config")
+    return module
+
+
+def convert_config(config: Any, module: ModuleType) -> Any:
+    """``config`` as a ``Config`` of ``module`` (the two backends' classes are distinct)."""
+    if isinstance(config, module.Config):
+        return config
+    return module.Config(**config.to_dict())
