@@ -166,9 +166,6 @@ class Config:
             self._max_prefills_per_step,
         )
 
-    def __getnewargs_ex__(self) -> tuple[tuple[()], dict[str, Any]]:
-        return (), self.to_dict()
-
     def __reduce__(self) -> Any:
         return (_config_from_dict, (self.to_dict(),))
 
@@ -240,9 +237,6 @@ class Chunk:
 
     def _key(self) -> tuple[int, int, int, bool]:
         return (self._request_id, self._start, self._tokens, self._is_last)
-
-    def __getnewargs__(self) -> tuple[int, int, int, bool]:
-        return self._key()
 
     def __reduce__(self) -> Any:
         return (Chunk, self._key())
@@ -360,15 +354,13 @@ class Step:
     def _key(self) -> tuple[int, int, tuple[Chunk, ...]]:
         return (self._step_index, self._decode_tokens, self._chunks)
 
-    def __getnewargs_ex__(self) -> tuple[tuple[()], dict[str, Any]]:
-        return (), {
+    def __reduce__(self) -> Any:
+        kwargs = {
             "step_index": self._step_index,
             "decode_tokens": self._decode_tokens,
             "chunks": self._chunks,
         }
-
-    def __reduce__(self) -> Any:
-        return (_step_from_kwargs, (self.__getnewargs_ex__()[1],))
+        return (_step_from_kwargs, (kwargs,))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Step):
@@ -532,13 +524,6 @@ class PrefillChunkState:
         other._cached = self._cached
         other._priority = self._priority
         return other
-
-    def __getnewargs_ex__(self) -> tuple[tuple[int, int], dict[str, Any]]:
-        return (self._request_id, self._total), {
-            "cached_tokens": self._cached,
-            "priority": self._priority,
-            "processed_tokens": self._processed,
-        }
 
     def __reduce__(self) -> Any:
         return (_state_from_dict, (self.to_dict(),))
@@ -897,11 +882,29 @@ class Scheduler:
     def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
         return (Scheduler.from_state, (self.to_state(),))
 
+    def _clone(self) -> Scheduler:
+        """A structural copy (the Rust backend clones its core the same way)."""
+        with self._lock:
+            other = Scheduler(self._config)
+            states = {rid: st._copy() for rid, st in self._states.items()}
+            other._states = states
+            other._running = OrderedDict(self._running)
+            other._waiting = {p: OrderedDict(b) for p, b in self._waiting.items()}
+            other._priorities = list(self._priorities)
+            other._completed = [
+                states[st._request_id]
+                for st in self._completed
+                if self._states.get(st._request_id) is st
+            ]
+            other._incomplete = self._incomplete
+            other._step, other._chunks, other._tokens = self._step, self._chunks, self._tokens
+            return other
+
     def __copy__(self) -> Scheduler:
-        return Scheduler.from_state(self.to_state())
+        return self._clone()
 
     def __deepcopy__(self, memo: Any) -> Scheduler:
-        return Scheduler.from_state(self.to_state())
+        return self._clone()
 
     def __len__(self) -> int:
         return len(self._states)

@@ -11,7 +11,7 @@ use chunked_prefill::{
     Chunk, ChunkedPrefillConfig, ChunkedPrefillScheduler, ChunkedStep, CoreError, Counters,
     PrefillChunkState,
 };
-use pyo3::exceptions::{PyKeyError, PyOverflowError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyTuple, PyType};
 
@@ -91,6 +91,21 @@ fn usize_or(arg: &Arg<'_>, name: &str, default: usize) -> PyResult<usize> {
     arg.0
         .as_ref()
         .map_or(Ok(default), |obj| to_usize(name, obj))
+}
+
+/// What `__reduce__` returns: the rebuilding callable and its arguments, as a tuple.
+type Reduced<'py> = PyResult<Bound<'py, PyAny>>;
+
+/// A `__reduce__` value that rebuilds an instance of `cls` as `cls.__new__(cls, *args,
+/// **kwargs)` with any pickle protocol (protocols 2 and up turn it into their `NEWOBJ` form).
+fn reduce_new<'py>(
+    cls: Bound<'py, PyType>,
+    args: Bound<'py, PyTuple>,
+    kwargs: Bound<'py, PyDict>,
+) -> Reduced<'py> {
+    let py = cls.py();
+    let newobj = py.import("copyreg")?.getattr("__newobj_ex__")?;
+    Ok((newobj, (cls, args, kwargs)).into_pyobject(py)?.into_any())
 }
 
 /// A counter as a Python int: the common case (it fits 64 bits) without the 128-bit path.
@@ -202,7 +217,7 @@ impl PyConfig {
             for (key, value) in changes.iter() {
                 let name: String = key.extract()?;
                 if !fields.contains(&name)? {
-                    return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                    return Err(PyTypeError::new_err(format!(
                         "Config.replace() got an unexpected keyword argument '{name}'"
                     )));
                 }
@@ -224,11 +239,9 @@ impl PyConfig {
         Ok(dict)
     }
 
-    fn __getnewargs_ex__<'py>(
-        &self,
-        py: Python<'py>,
-    ) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
-        Ok((PyTuple::empty(py), self.to_dict(py)?))
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> Reduced<'py> {
+        let py = slf.py();
+        reduce_new(slf.get_type(), PyTuple::empty(py), slf.get().to_dict(py)?)
     }
 
     fn __repr__(&self) -> String {
@@ -317,9 +330,10 @@ impl PyChunk {
         self.inner.is_last
     }
 
-    fn __getnewargs__(&self) -> (u64, usize, usize, bool) {
-        let c = &self.inner;
-        (c.request_id, c.start, c.tokens, c.is_last)
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> Reduced<'py> {
+        let c = &slf.get().inner;
+        let args = (c.request_id, c.start, c.tokens, c.is_last);
+        Ok((slf.get_type(), args).into_pyobject(slf.py())?.into_any())
     }
 
     fn __repr__(&self) -> String {
@@ -416,15 +430,14 @@ impl PyStep {
         self.inner.is_last_chunk
     }
 
-    fn __getnewargs_ex__<'py>(
-        &self,
-        py: Python<'py>,
-    ) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> Reduced<'py> {
+        let py = slf.py();
+        let step = slf.get();
         let kwargs = PyDict::new(py);
-        kwargs.set_item("step_index", counter(py, self.inner.step_index)?)?;
-        kwargs.set_item("decode_tokens", self.inner.decode_tokens)?;
-        kwargs.set_item("chunks", self.chunks(py)?)?;
-        Ok((PyTuple::empty(py), kwargs))
+        kwargs.set_item("step_index", counter(py, step.inner.step_index)?)?;
+        kwargs.set_item("decode_tokens", step.inner.decode_tokens)?;
+        kwargs.set_item("chunks", step.chunks(py)?)?;
+        reduce_new(slf.get_type(), PyTuple::empty(py), kwargs)
     }
 
     fn __repr__(&self) -> String {
@@ -572,19 +585,15 @@ impl PyPrefillChunkState {
         state_dict(py, &self.inner)
     }
 
-    fn __getnewargs_ex__<'py>(
-        &self,
-        py: Python<'py>,
-    ) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
-        let s = &self.inner;
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> Reduced<'py> {
+        let py = slf.py();
+        let s = &slf.borrow().inner;
         let kwargs = PyDict::new(py);
         kwargs.set_item("cached_tokens", s.cached_tokens)?;
         kwargs.set_item("priority", s.priority)?;
         kwargs.set_item("processed_tokens", s.processed_tokens)?;
-        Ok((
-            PyTuple::new(py, [s.request_id, s.total_tokens as u64])?,
-            kwargs,
-        ))
+        let args = PyTuple::new(py, [s.request_id, s.total_tokens as u64])?;
+        reduce_new(slf.get_type(), args, kwargs)
     }
 
     fn __copy__(&self) -> Self {
@@ -841,9 +850,21 @@ impl PyScheduler {
     }
 
     fn __contains__(&self, request_id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        // Not a valid id: not tracked. Any other error (say, from a user's `__index__`)
+        // propagates, as it does from the pure twin.
         match to_u64("request_id", request_id) {
             Ok(id) => Ok(self.lock()?.contains(id)),
-            Err(_) => Ok(false),
+            Err(err) => {
+                let py = request_id.py();
+                let invalid = err.is_instance_of::<PyTypeError>(py)
+                    || err.is_instance_of::<PyValueError>(py)
+                    || err.is_instance_of::<PyOverflowError>(py);
+                if invalid {
+                    Ok(false)
+                } else {
+                    Err(err)
+                }
+            }
         }
     }
 
