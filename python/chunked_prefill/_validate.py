@@ -44,37 +44,32 @@ def _index(name: str, value: object) -> int:
         _not_int(name, value)
 
 
+def _unsigned(name: str, value: object, limit: int, key: str) -> int:
+    """``value`` as an int in ``0..=limit``; above it, the ``OverflowError`` of ``key``."""
+    v = _index(name, value)
+    if v < 0:
+        raise ValueError(message("negative", name=name, value=v))
+    if v > limit:
+        raise OverflowError(message(key, name=name, value=v))
+    return v
+
+
 def as_u64(name: str, value: object) -> int:
     """Return ``value`` as an int in ``0..=2**64-1`` or raise naming ``name``."""
     if type(value) is int and 0 <= value <= U64_MAX:
         return value
-    v = _index(name, value)
-    if v < 0:
-        raise ValueError(message("negative", name=name, value=v))
-    if v > U64_MAX:
-        raise OverflowError(message("above_u64", name=name, value=v))
-    return v
+    return _unsigned(name, value, U64_MAX, "above_u64")
 
 
 def as_u128(name: str, value: object) -> int:
     """Return ``value`` as an int in ``0..=2**128-1`` (a counter) or raise naming ``name``."""
-    v = _index(name, value)
-    if v < 0:
-        raise ValueError(message("negative", name=name, value=v))
-    if v > U128_MAX:
-        raise OverflowError(message("above_u128", name=name, value=v))
-    return v
+    return _unsigned(name, value, U128_MAX, "above_u128")
 
 
 def as_counter(name: str, value: object) -> int:
     """Return ``value`` as a restorable counter: ``0..=2**127-1``, so that even a run of
     2**63 steps of 2**64 tokens each cannot wrap the 128-bit counters."""
-    v = _index(name, value)
-    if v < 0:
-        raise ValueError(message("negative", name=name, value=v))
-    if v > COUNTER_MAX:
-        raise OverflowError(message("above_counter", name=name, value=v))
-    return v
+    return _unsigned(name, value, COUNTER_MAX, "above_counter")
 
 
 def as_i64(name: str, value: object) -> int:
