@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
 # Install what the tests need and run every check: Rust, Python, stubs, tests, benchmark
 # smoke run, the abi3 wheel on every CPython 3.9+ present, and the transformers tests.
+# Usage: test.sh [--fast]
+#   --fast  skip the three slow parts (the benchmark smoke run, the abi3 wheel on every
+#           CPython, the transformers venv with its ~3 GB torch download); CI runs everything.
 set -euo pipefail
+FAST=""
+case "${1:-}" in
+    "") ;;
+    --fast) FAST=1 ;;
+    *) echo "usage: bash scripts/test.sh [--fast]" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 PY=${PYTHON:-python3}
@@ -35,6 +44,13 @@ step "Python: ruff, mypy --strict, stubtest"
 
 step "pytest (both backends)"
 (cd tests && "$VPY" -m pytest -q -p no:cacheprovider --rootdir "$ROOT" "$ROOT/tests")
+
+if [ -n "$FAST" ]; then
+    echo
+    echo "fast checks passed (skipped: benchmark smoke run, abi3 wheel on every CPython," \
+        "transformers integration)"
+    exit 0
+fi
 
 step "benchmarks, one round each (smoke run; figures come from a full run)"
 (cd benches && "$VPY" -m pytest -q -p no:cacheprovider --rootdir "$ROOT" "$ROOT/benches" --benchmark-disable)
