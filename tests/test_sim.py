@@ -654,7 +654,7 @@ def test_cli_plot_without_matplotlib(
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as if not installed
     png = tmp_path / "x.png"
     assert cli.main(["--requests", "100", "--plot", str(png)]) == 2
-    assert "pip install 'chunked-prefill[plot]'" in capsys.readouterr().err
+    assert "pip install '.[plot]'" in capsys.readouterr().err
     assert not png.exists()
 
 

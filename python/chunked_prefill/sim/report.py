@@ -1,4 +1,4 @@
-"""Reports of simulation results: a rich table, JSON, and CDF plots."""
+"""Reports of simulation results: a rich table, JSON, and latency plots (CDF and tail)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,17 @@ from typing import TYPE_CHECKING, Any
 from .simulator import SimResult
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    from matplotlib.figure import Figure
     from rich.console import Console
     from rich.table import Table
 
 __all__ = [
     "PlotUnavailable",
+    "latency_figure",
     "plot_cdfs",
+    "plot_title",
     "print_table",
     "require_matplotlib",
     "results_table",
@@ -155,7 +160,7 @@ class PlotUnavailable(RuntimeError):
     """matplotlib is not installed (it is the optional ``plot`` extra)."""
 
 
-PLOT_HINT = "plotting needs matplotlib: pip install 'chunked-prefill[plot]'"
+PLOT_HINT = "plotting needs matplotlib, the plot extra: pip install '.[plot]' in the checkout"
 
 
 def require_matplotlib() -> None:
@@ -166,40 +171,95 @@ def require_matplotlib() -> None:
         raise PlotUnavailable(PLOT_HINT) from None
 
 
-def plot_cdfs(results: Sequence[SimResult], path: str) -> None:
-    """Draw the TTFT and TBT CDFs of every configuration into the image file ``path``."""
+def plot_title(results: Sequence[SimResult], workload: str | None = None) -> str:
+    """The figure's title: the workload (else the request count) and the engine(s)."""
+    if workload is None:
+        workload = f"{results[0].requests} requests" if results else "no results"
+    engines = list(dict.fromkeys(r.engine.name for r in results))
+    return f"{workload}\nengine: {', '.join(engines) or '-'}"
+
+
+def _tail(
+    values: npt.NDArray[np.float64], weights: npt.NDArray[np.int64] | None
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Sorted samples, the fraction at or below each, and the fraction at or above each."""
+    import numpy as np
+
+    order = np.argsort(values, kind="stable")
+    x = values[order]
+    w = np.ones(x.size) if weights is None else weights[order].astype(np.float64)
+    cw = np.cumsum(w)
+    total = cw[-1]
+    return x, cw / total, (total - cw + w) / total
+
+
+def latency_figure(results: Sequence[SimResult], *, workload: str | None = None) -> Figure:
+    """A matplotlib figure of the TTFT and TBT distributions of every configuration.
+
+    The top row is the CDF (the body: medians and the usual case); the bottom row is the
+    tail, the fraction of samples at or above each latency on a log axis, where p99 (the
+    1e-2 line), p99.9 and the maximum (the last point of each curve) are as far apart as
+    they are in time, and the TBT panel marks the stall threshold. The title names the
+    ``workload`` (a description such as ``Workload.source``; else the request count) and
+    the engine. The caller closes the figure (``matplotlib.pyplot.close(fig)``).
+    """
     require_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
-    fig, (ax_ttft, ax_tbt) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for r, label in zip(results, short_labels(results)):
-        ttft = np.sort(r.ttft)
-        if ttft.size:
-            ax_ttft.step(
-                ttft * 1e3, np.arange(1, ttft.size + 1) / ttft.size, where="post", label=label
-            )
-        order = np.argsort(r.tbt_gaps, kind="stable")
-        gaps = r.tbt_gaps[order]
-        if gaps.size:
-            cw = np.cumsum(r.tbt_weights[order])
-            ax_tbt.step(gaps * 1e3, cw / cw[-1], where="post", label=label)
-    for ax, name in ((ax_ttft, "TTFT"), (ax_tbt, "TBT (time between tokens)")):
-        ax.set_xscale("log")
-        ax.set_xlabel(f"{name}, ms (log scale)")
-        ax.set_ylabel("fraction at or below")
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5), sharex="col")
+    (ax_ttft, ax_tbt), (tail_ttft, tail_tbt) = axes
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for index, (r, label) in enumerate(zip(results, short_labels(results))):
+        color = colors[index % len(colors)]
+        for ax, tail, values, weights in (
+            (ax_ttft, tail_ttft, r.ttft, None),
+            (ax_tbt, tail_tbt, r.tbt_gaps, r.tbt_weights),
+        ):
+            if not values.size:
+                continue
+            x, below, above = _tail(values * 1e3, weights)
+            ax.step(x, below, where="post", color=color, label=label)
+            tail.step(x, above, where="pre", color=color)
+            tail.plot(x[-1], above[-1], marker="o", color=color, markersize=4)
+    for ax in (ax_ttft, ax_tbt):
+        ax.set_ylabel("fraction at or below (CDF)")
         ax.set_ylim(0, 1.0)
+    for tail in (tail_ttft, tail_tbt):
+        tail.set_yscale("log")
+        tail.set_ylabel("fraction at or above (1 - CDF, log)")
+        tail.axhline(1e-2, color="grey", linestyle="--", linewidth=0.8, label="p99")
+        tail.axhline(1e-3, color="grey", linestyle=":", linewidth=0.8, label="p99.9")
+    for ax in (ax_ttft, ax_tbt, tail_ttft, tail_tbt):
+        ax.set_xscale("log")
         ax.grid(True, which="both", alpha=0.3)
+    tail_ttft.set_xlabel("TTFT, ms (log scale)")
+    tail_tbt.set_xlabel("TBT, ms (log scale)")
     if results:
         threshold = results[0].stall_threshold_s * 1e3
-        ax_tbt.axvline(threshold, color="grey", linestyle=":", label=f"stall > {threshold:g} ms")
-    ax_ttft.legend(fontsize="small", loc="lower right")
-    ax_tbt.legend(fontsize="small", loc="lower right")
+        for ax in (ax_tbt, tail_tbt):
+            ax.axvline(threshold, color="black", linestyle=":", label=f"stall > {threshold:g} ms")
     ax_ttft.set_title("Time to first token")
-    ax_tbt.set_title("Time between tokens")
+    ax_tbt.set_title("Time between tokens (vLLM's ITL)")
+    tail_ttft.set_title("TTFT tail (dot: the maximum)")
+    tail_tbt.set_title("TBT tail (dot: the maximum)")
+    for ax in (ax_ttft, ax_tbt):
+        ax.legend(fontsize="small", loc="lower right")
+    for ax in (tail_ttft, tail_tbt):
+        ax.legend(fontsize="small", loc="lower left")
+    fig.suptitle(plot_title(results, workload))
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
+
+
+def plot_cdfs(results: Sequence[SimResult], path: str, *, workload: str | None = None) -> None:
+    """Draw :func:`latency_figure` of ``results`` into the image file ``path``."""
+    fig = latency_figure(results, workload=workload)
+    import matplotlib.pyplot as plt
+
+    try:
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)
