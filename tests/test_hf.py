@@ -425,18 +425,18 @@ def test_unsupported_transformers_fails_at_register(
     assert "chunked_prefill" not in mapping
 
 
-# -- the README example -------------------------------------------------------------------
+# -- the documented example (docs/transformers.md) -------------------------------------------
 
 
 def readme_example() -> tuple[Path, str]:
-    """The python block of README's "Use with transformers" section."""
-    readme = ROOT / "README.md"
-    text = readme.read_text(encoding="utf-8")
+    """The python block of the "Use with transformers" page, docs/transformers.md."""
+    page = ROOT / "docs" / "transformers.md"
+    text = page.read_text(encoding="utf-8")
     match = re.search(r"^#+ Use with transformers\s*$(.*?)(?=^## |\Z)", text, re.M | re.S)
-    assert match, "README.md has no 'Use with transformers' section"
+    assert match, "docs/transformers.md has no 'Use with transformers' section"
     block = re.search(r"```python\n(.*?)```", match.group(1), re.S)
     assert block, "the 'Use with transformers' section has no python example"
-    return readme, block.group(1)
+    return page, block.group(1)
 
 
 def test_readme_example_runs(mapping: dict[str, Any]) -> None:
