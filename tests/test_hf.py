@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-_EXTRA = "needs torch and transformers: pip install 'chunked-prefill[hf]'"
+_EXTRA = "needs torch and transformers: pip install '.[hf]' in the checkout"
 torch = pytest.importorskip("torch", reason=_EXTRA)
 transformers = pytest.importorskip("transformers", reason=_EXTRA)
 

@@ -10,7 +10,7 @@ Two ways in, both greedy-token-identical to unchunked generation:
   batching as ``scheduler_type="chunked_prefill"``, so ``model.generate_batch(...)`` and the
   continuous-batching manager take their per-step decisions from this package.
 
-Needs the optional extra: ``pip install 'chunked-prefill[hf]'`` (torch, transformers).
+Needs the optional extra: ``pip install '.[hf]'`` in the checkout (torch, transformers).
 :func:`generate` works with any transformers release whose causal LMs take ``position_ids``
 and a ``DynamicCache``; :func:`register` needs a supported 5.x release
 (:data:`SUPPORTED_TRANSFORMERS`), because the continuous-batching scheduler interface changed

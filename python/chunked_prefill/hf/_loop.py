@@ -16,7 +16,7 @@ try:
     from transformers import DynamicCache
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "chunked_prefill.hf needs torch and transformers: pip install 'chunked-prefill[hf]'"
+        "chunked_prefill.hf needs torch and transformers: pip install '.[hf]' in the checkout"
     ) from exc
 
 

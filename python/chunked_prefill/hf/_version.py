@@ -37,7 +37,7 @@ def check_transformers_version(version: str | None = None) -> str:
             version = metadata.version("transformers")
         except metadata.PackageNotFoundError:
             raise UnsupportedTransformersError(
-                "transformers is not installed: pip install 'chunked-prefill[hf]' "
+                "transformers is not installed: pip install '.[hf]' in the checkout "
                 f"(supported: transformers{SUPPORTED_TRANSFORMERS})"
             ) from None
     if not _LOWEST <= _release(version) < _BEYOND:
