@@ -16,8 +16,11 @@ from chunked_prefill.sim import (
     EngineModel,
     ProfileError,
     SimConfig,
+    StepLimitError,
     Workload,
+    default_workload,
     load_profile,
+    min_steps,
     simulate,
 )
 from chunked_prefill.sim.engine import MAX_COEFFICIENT_S
@@ -92,3 +95,45 @@ def test_json_writes_non_finite_figures_as_null() -> None:
     (result,) = simulate(wl, SimConfig(8), engine=engine, backend="pure")
     assert math.isinf(result.throughput_tok_s)
     assert '"throughput_tok_s": null' in results_to_json([result])
+
+
+# ------------------------------------------------------------------ the step limit
+
+
+def test_step_limit_refuses_before_running() -> None:
+    wl = Workload((0.0, 0.5), (10**9, 100), (1, 2))
+    cfg = SimConfig(256)
+    steps, reason = min_steps(wl, cfg)
+    assert steps == -(-(10**9) // 256) + 1 and "prefill chunks" in reason
+    ran: list[int] = []
+    with pytest.raises(StepLimitError) as info:
+        simulate(wl, [SimConfig(None), cfg], max_steps=10_000, on_progress=lambda *a: ran.append(1))
+    assert not ran  # nothing ran, not even the configuration that fits
+    err = info.value
+    assert (err.config, err.steps, err.limit, err.estimated) == (cfg, steps, 10_000, True)
+    assert "needs at least" in str(err) and "10000 steps" in str(err)
+
+
+def test_step_limit_stops_a_run_that_exceeds_it() -> None:
+    # Arrivals spread over time: the bound from the workload is loose, the run is stopped.
+    wl = default_workload(100)
+    cfg = SimConfig(512)
+    (result,) = simulate(wl, cfg, backend="pure")
+    bound = min_steps(wl, cfg)[0]
+    assert bound < result.steps - 1
+    limit = result.steps - 1
+    with pytest.raises(StepLimitError, match=f"reached the limit of {limit} steps") as info:
+        simulate(wl, cfg, max_steps=limit, backend="pure")
+    assert not info.value.estimated
+    assert simulate(wl, cfg, max_steps=result.steps, backend="pure")[0].steps == result.steps
+
+
+def test_every_configuration_is_checked_before_any_runs() -> None:
+    wl = Workload((0.0,), (100,), (2,))
+    ran: list[int] = []
+    bad = SimConfig(512, token_budget=64, max_decode_tokens=128)
+    with pytest.raises(ValueError, match=r"configuration chunk=512 budget=64 .*token_budget"):
+        simulate(wl, [SimConfig(512), bad], on_progress=lambda *a: ran.append(1))
+    assert not ran
+    with pytest.raises(ValueError, match="chunk_size must be an int in"):
+        SimConfig(2**64)

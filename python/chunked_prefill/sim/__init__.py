@@ -23,9 +23,11 @@ from .simulator import (
     Percentiles,
     SimConfig,
     SimResult,
+    StepLimitError,
     StepRecord,
     backend_name,
     expand_configs,
+    min_steps,
     resolve_backend,
     simulate,
 )
@@ -56,6 +58,7 @@ __all__ = [
     "Request",
     "SimConfig",
     "SimResult",
+    "StepLimitError",
     "StepRecord",
     "TraceError",
     "Workload",
@@ -64,6 +67,7 @@ __all__ = [
     "expand_configs",
     "load_profile",
     "load_trace",
+    "min_steps",
     "resolve_backend",
     "simulate",
 ]
