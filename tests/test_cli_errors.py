@@ -7,11 +7,18 @@ here too: engine profiles, the step limit, the JSON report.
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import chunked_prefill
+from chunked_prefill.cli import build_parser, main
 from chunked_prefill.sim import (
     EngineModel,
     ProfileError,
@@ -23,6 +30,7 @@ from chunked_prefill.sim import (
     min_steps,
     simulate,
 )
+from chunked_prefill.sim import cli as sim_cli
 from chunked_prefill.sim.engine import MAX_COEFFICIENT_S
 from chunked_prefill.sim.report import results_to_json
 
@@ -137,3 +145,249 @@ def test_every_configuration_is_checked_before_any_runs() -> None:
     assert not ran
     with pytest.raises(ValueError, match="chunk_size must be an int in"):
         SimConfig(2**64)
+
+
+# ------------------------------------------------------------------ the command line
+
+U64_OVER = str(2**64)
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exit_:  # argparse: --help, --version and its own errors
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_error(
+    capsys: pytest.CaptureFixture[str], argv: list[str], *needles: str
+) -> tuple[str, str]:
+    code, out, err = _cli(capsys, *argv)
+    assert code == 2, (argv, out, err)
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    prog = f"chunked-prefill {argv[0]}: error: " if argv[0] in ("plan", "simulate") else ""
+    assert lines[0].startswith(prog or "chunked-prefill: error: "), lines[0]
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert "Traceback" not in err
+    return lines[0], out
+
+
+@pytest.fixture
+def no_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if anything is simulated: every error must come first."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("simulated before refusing the input")
+
+    monkeypatch.setattr(sim_cli, "simulate", refuse)
+
+
+@pytest.mark.parametrize(
+    "flag", ["--max-decode-tokens", "--chunk-size", "--token-budget", "--max-prefills-per-step"]
+)
+@pytest.mark.parametrize("command", ["simulate", "plan"])
+def test_count_flags_above_u64(
+    capsys: pytest.CaptureFixture[str], no_simulation: None, command: str, flag: str
+) -> None:
+    argv = [command, flag, U64_OVER] + (["100"] if command == "plan" else [])
+    _one_error(capsys, argv, f"argument {flag}: ", repr(U64_OVER), "18446744073709551615")
+
+
+@pytest.mark.parametrize(
+    ("argv", "needles"),
+    [
+        (["--seed", "-1"], ["argument --seed: ", "'-1'", "[0, "]),
+        (["--seed", "x"], ["argument --seed: ", "'x'"]),
+        (["--requests", "0"], ["argument --requests: ", "'0'", "[1, 10000000]"]),
+        (["--requests", "9" * 5000], ["argument --requests: ", "5000 characters"]),
+        (["--rate", "0"], ["argument --rate: ", "'0'"]),
+        (["--rate", "nan"], ["argument --rate: ", "'nan'"]),
+        (["--prompt-scale", "0"], ["argument --prompt-scale: ", "'0'"]),
+        (["--prompt-scale", "1e20"], ["argument --prompt-scale: ", "1e+20", "2**63 - 1"]),
+        (["--output-scale", "1e300"], ["argument --output-scale: ", "1e+300"]),
+        (["--prompt-scale", "1e6"], ["argument --max-steps: ", "needs at least", "10000000"]),
+        (["--c-attn", "1e300"], ["argument --c-attn: ", "'1e300'", "[0, 3600]"]),
+        (["--t-min", "-1"], ["argument --t-min: ", "'-1'"]),
+        (["--stall-threshold", "inf"], ["argument --stall-threshold: ", "'inf'"]),
+        (["--chunk-size", "512,zero"], ["argument --chunk-size: ", "'zero'", "'512,zero'"]),
+        (["--chunk-size", "512,,none"], ["argument --chunk-size: ", "empty item"]),
+        (["--max-running", "0"], ["argument --max-running: ", "'0'"]),
+        (["--max-steps", "0"], ["argument --max-steps: ", "'0'"]),
+        (["--token-budget", "64"], ["budget=64", "token_budget must be greater", "64"]),
+        (["--t-min", "0", "--c0", "0", "--c-tok", "0"], ["--t-min", "no duration"]),
+        (["--trace", "missing.csv", "--seed", "3"], ["--seed", "--trace"]),
+        (["--backend", "java"], ["argument --backend: ", "'java'"]),
+    ],
+)
+def test_simulate_flag_errors(
+    capsys: pytest.CaptureFixture[str], no_simulation: None, argv: list[str], needles: list[str]
+) -> None:
+    _one_error(capsys, ["simulate", *argv], *needles)
+
+
+def test_unknown_flag_is_one_line_from_the_top_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _cli(capsys, "simulate", "--no-such-flag")
+    assert code == 2
+    assert err.splitlines() == ["chunked-prefill: error: unrecognized arguments: --no-such-flag"]
+
+
+def test_plot_path_is_checked_before_simulating(
+    capsys: pytest.CaptureFixture[str], no_simulation: None, tmp_path: Path
+) -> None:
+    pytest.importorskip("matplotlib")
+    missing = tmp_path / "no" / "such" / "folder" / "cdf.png"
+    _one_error(capsys, ["simulate", "--plot", str(missing)], "argument --plot: ", "does not exist")
+    _one_error(capsys, ["simulate", "--plot", str(tmp_path / "cdf.xyz")], "'.xyz'", ".png")
+    bare = tmp_path / "cdf"
+    _one_error(capsys, ["simulate", "--plot", str(bare)], "no suffix", str(bare))
+    folder = tmp_path / "d.png"
+    folder.mkdir()
+    _one_error(capsys, ["simulate", "--plot", str(folder)], "is a folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.png"]
+
+
+def test_plot_without_matplotlib_names_the_extra(
+    capsys: pytest.CaptureFixture[str], no_simulation: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    _one_error(
+        capsys,
+        ["simulate", "--plot", "x.png"],
+        "install the plot extra: pip install '.[plot]' from a checkout, or"
+        " pip install 'chunked-prefill[plot]'",
+    )
+
+
+def test_bad_trace_and_profile_rows_are_one_error_line(
+    capsys: pytest.CaptureFixture[str], no_simulation: None, tmp_path: Path
+) -> None:
+    trace = _write(
+        tmp_path, "t.csv", "arrival_s,prompt_tokens,output_tokens\n0,5,1\n0,9223372036854775808,1\n"
+    )
+    _one_error(capsys, ["simulate", "--trace", str(trace)], f"{trace}:3: field 'prompt_tokens'")
+    profile = _write(tmp_path, "p.json", '{"preset": ["x"]}')
+    _one_error(capsys, ["simulate", "--profile", str(profile)], f"{profile}: key 'preset'")
+
+
+@pytest.mark.parametrize(
+    ("argv", "needles"),
+    [
+        (["--token-budget", "xyz", "10"], ["argument --token-budget: ", "'xyz'", "'none'"]),
+        (["--chunk-size", "0", "10"], ["argument --chunk-size: ", "'0'"]),
+        (["0"], ["argument TOKENS: ", "'0'"]),
+        (["10", "--decode", "-3"], ["argument --decode: ", "'-3'"]),
+        (["10", "--token-budget", "64"], ["token_budget must be greater", "64"]),
+        (["10", "--max-prefills-per-step", "2"], ["max_prefills_per_step above 1"]),
+        ([], ["the following arguments are required: TOKENS"]),
+    ],
+)
+def test_plan_errors(
+    capsys: pytest.CaptureFixture[str], argv: list[str], needles: list[str]
+) -> None:
+    _one_error(capsys, ["plan", *argv], *needles)
+
+
+# ------------------------------------------------------------------ a newcomer's first hour
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _cli(capsys, "--version")
+    assert code == 0
+    assert out.startswith(f"chunked-prefill {chunked_prefill.__version__}")
+
+
+def test_python_dash_m_runs_the_cli() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "chunked_prefill", "plan", "10", "--token-budget", "xyz"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2
+    assert run.stderr.splitlines() == [
+        "chunked-prefill plan: error: argument --token-budget: expected a whole number in"
+        " [1, 18446744073709551615] or 'none', got 'xyz'"
+    ]
+    ok = subprocess.run(
+        [sys.executable, "-m", "chunked_prefill", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ok.returncode == 0 and ok.stdout.startswith("chunked-prefill ")
+
+
+def test_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _cli(capsys, "plan", "700", "300", "--chunk-size", "512", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["config"]["chunk_size"] == 512
+    assert [(r["request"], r["start"], r["tokens"], r["last_chunk"]) for r in doc["rows"]] == [
+        (0, 0, 512, False),
+        (0, 512, 188, True),
+        (1, 0, 300, True),
+    ]
+
+
+def test_plan_streams_a_huge_plan() -> None:
+    # 10**12 one-token chunks: the first rows come out at once, and closing the pipe
+    # ends the run quietly.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "chunked_prefill", "plan", str(10**12), "--chunk-size", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        head = [proc.stdout.readline() for _ in range(6)]
+        assert head[0].startswith("Config(chunk_size=1,")
+        assert head[3].split() == ["0", "0", "0", "1", "0"]
+        proc.stdout.close()
+        assert proc.wait(timeout=60) == 0
+        assert proc.stderr.read() == ""
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("command", ["plan", "simulate"])
+def test_help_shows_every_option_with_its_default(
+    capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    code, out, _ = _cli(capsys, command, "--help")
+    assert code == 0
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[
+        command
+    ]
+    for action in sub._actions:
+        for flag in action.option_strings:
+            assert flag in out
+        if action.default not in (None, False, argparse.SUPPRESS) and action.option_strings:
+            assert action.help and "default" in action.help, action.option_strings
+    text = " ".join(out.split())
+    if command == "simulate":
+        assert "ITL" in text
+        assert "only when stderr is a terminal" in text
+
+
+def test_setup_lines_come_before_the_run(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[str] = []
+    real = sim_cli.simulate
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(capsys.readouterr().out)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sim_cli, "simulate", spy)
+    code, out, _ = _cli(capsys, "simulate", "--requests", "50", "--chunk-size", "512")
+    assert code == 0
+    assert "workload:" in seen[0] and "engine:" in seen[0]
+    assert "TTFT" in out and "vLLM's ITL" in " ".join(out.split())

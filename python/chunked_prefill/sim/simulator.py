@@ -54,6 +54,7 @@ __all__ = [
     "StepLimitError",
     "StepRecord",
     "backend_name",
+    "check_configs",
     "expand_configs",
     "min_steps",
     "resolve_backend",
@@ -379,18 +380,9 @@ def simulate(
         raise ValueError("no configuration to simulate")
     if not (math.isfinite(stall_threshold_s) and stall_threshold_s >= 0):
         raise ValueError(f"stall_threshold_s must be finite and >= 0, got {stall_threshold_s!r}")
-    if max_steps is not None and (type(max_steps) is not int or max_steps < 1):
-        raise ValueError(f"max_steps must be None or an int >= 1, got {max_steps!r}")
     module = resolve_backend(backend)
-    longest = max(workload.prompt_tokens)
-    for cfg in cfg_list:
-        _make_config(module, cfg, longest)
+    check_configs(workload, cfg_list, backend=module, max_steps=max_steps)
     limit = _NO_LIMIT if max_steps is None else max_steps
-    if max_steps is not None:
-        for cfg in cfg_list:
-            steps, reason = min_steps(workload, cfg)
-            if steps > max_steps:
-                raise StepLimitError(cfg, steps, max_steps, reason, estimated=True)
     results = []
     for index, cfg in enumerate(cfg_list):
         callback = (
@@ -403,6 +395,33 @@ def simulate(
 
 
 _NO_LIMIT = 2**128
+
+
+def check_configs(
+    workload: Workload,
+    configs: Iterable[SimConfig],
+    *,
+    backend: Backend = "auto",
+    max_steps: int | None = None,
+) -> None:
+    """Raise what :func:`simulate` would raise for ``configs`` before running any of them.
+
+    Each configuration must be one the scheduler accepts (``ValueError`` naming it) and,
+    with ``max_steps``, need at most that many steps by :func:`min_steps`
+    (:class:`StepLimitError`). Cheap: one pass over the workload per configuration.
+    """
+    if max_steps is not None and (type(max_steps) is not int or max_steps < 1):
+        raise ValueError(f"max_steps must be None or an int >= 1, got {max_steps!r}")
+    module = resolve_backend(backend)
+    cfg_list = list(configs)
+    longest = max(workload.prompt_tokens)
+    for cfg in cfg_list:
+        _make_config(module, cfg, longest)
+    if max_steps is not None:
+        for cfg in cfg_list:
+            steps, reason = min_steps(workload, cfg)
+            if steps > max_steps:
+                raise StepLimitError(cfg, steps, max_steps, reason, estimated=True)
 
 
 class _ProgressAdapter:
