@@ -139,7 +139,13 @@ def _run_plan(args: argparse.Namespace) -> int:
             max_prefills_per_step=args.max_prefills_per_step,
         )
     except ValueError as err:
-        print(f"{prog}: error: {one_line(str(err))}", file=sys.stderr)
+        flags = (
+            f"--chunk-size {args.chunk_size} --max-decode-tokens {args.max_decode_tokens}"
+            f" --token-budget {'none' if args.token_budget is None else args.token_budget}"
+            f" --max-prefills-per-step {args.max_prefills_per_step}"
+            + (" --no-interleave" if args.no_interleave else "")
+        )
+        print(f"{prog}: error: the configuration {flags}: {one_line(str(err))}", file=sys.stderr)
         return 2
     rows = iter_plan_rows(args.prompts, config, args.decode, backend)
     out = sys.stdout

@@ -20,6 +20,7 @@ from .engine import DEFAULT_ENGINE, ENGINE_PRESETS, EngineModel, ProfileError, l
 from .simulator import (
     DEFAULT_CHUNK_SIZES,
     DEFAULT_STALL_THRESHOLD_S,
+    ConfigError,
     Percentiles,
     SimConfig,
     SimResult,
@@ -53,6 +54,7 @@ __all__ = [
     "ENGINE_PRESETS",
     "FIELD_ALIASES",
     "ChatWorkloadSpec",
+    "ConfigError",
     "EngineModel",
     "Percentiles",
     "ProfileError",

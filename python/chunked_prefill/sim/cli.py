@@ -28,6 +28,7 @@ from .engine import (
 from .report import PlotUnavailable, print_table, results_to_json
 from .simulator import (
     DEFAULT_STALL_THRESHOLD_S,
+    ConfigError,
     SimConfig,
     SimResult,
     StepLimitError,
@@ -413,6 +414,18 @@ def _configs(args: argparse.Namespace) -> list[SimConfig]:
     )
 
 
+def _flags(cfg: SimConfig) -> str:
+    """The flags that give ``cfg``, for a message about it."""
+    d = cfg.to_dict()
+    parts = [f"--chunk-size {'none' if d['chunk_size'] is None else d['chunk_size']}"]
+    if d["token_budget"] is not None:
+        parts.append(f"--token-budget {d['token_budget']}")
+    if d["max_prefills_per_step"] != 1:
+        parts.append(f"--max-prefills-per-step {d['max_prefills_per_step']}")
+    parts.append(f"--max-decode-tokens {d['max_decode_tokens']}")
+    return "the configuration " + " ".join(parts)
+
+
 def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -422,7 +435,10 @@ def _run(args: argparse.Namespace) -> int:
     workload = _workload(args)
     engine = _engine(args)
     configs = _configs(args)
-    check_configs(workload, configs, backend=module, max_steps=args.max_steps)
+    try:
+        check_configs(workload, configs, backend=module, max_steps=args.max_steps)
+    except ConfigError as err:
+        raise UsageError(f"{_flags(err.config)}: {err.problem}") from None
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(width=160)

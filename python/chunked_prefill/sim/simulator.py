@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_CHUNK_SIZES",
     "DEFAULT_STALL_THRESHOLD_S",
+    "ConfigError",
     "Percentiles",
     "SimConfig",
     "SimResult",
@@ -406,7 +407,7 @@ def check_configs(
 ) -> None:
     """Raise what :func:`simulate` would raise for ``configs`` before running any of them.
 
-    Each configuration must be one the scheduler accepts (``ValueError`` naming it) and,
+    Each configuration must be one the scheduler accepts (:class:`ConfigError`) and,
     with ``max_steps``, need at most that many steps by :func:`min_steps`
     (:class:`StepLimitError`). Cheap: one pass over the workload per configuration.
     """
@@ -436,11 +437,21 @@ class _ProgressAdapter:
         self.fn(self.index, done, self.total)
 
 
+class ConfigError(ValueError):
+    """The scheduler refuses a configuration: ``config`` is it, ``problem`` the
+    scheduler's message (the message is both)."""
+
+    def __init__(self, config: SimConfig, problem: str) -> None:
+        self.config = config
+        self.problem = problem
+        super().__init__(f"configuration {config.label()}: {problem}")
+
+
 def _make_config(module: ModuleType, cfg: SimConfig, longest_prompt: int) -> _core.Config:
     try:
         config: _core.Config = module.Config(**cfg.scheduler_options(longest_prompt))
     except ValueError as err:
-        raise ValueError(f"configuration {cfg.label()}: {err}") from None
+        raise ConfigError(cfg, str(err)) from None
     return config
 
 
