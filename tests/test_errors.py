@@ -316,3 +316,17 @@ def test_config_of_the_other_backend_is_named_as_such(backend: ModuleType) -> No
             call()
         assert info.value.args == (text,)
     assert f"Config of the {names[backend]} backend" in text
+
+
+def test_chunk_of_the_other_backend_is_named_as_such(backend: ModuleType) -> None:
+    import chunked_prefill._core as rust
+    import chunked_prefill.pure as pure
+
+    other = pure if backend is rust else rust
+    with pytest.raises(TypeError) as info:
+        backend.Step(step_index=0, decode_tokens=0, chunks=[other.Chunk(1, 0, 5, True)])
+    names = {rust: "rust", pure: "pure"}
+    assert str(info.value) == (
+        f"each item of chunks must be a Chunk of the {names[backend]} backend"
+        f" ({backend.__name__}), got a Chunk of the {names[other]} backend ({other.__name__})"
+    )

@@ -132,7 +132,7 @@ def type_error(key: str, name: str, value: object) -> TypeError:
         return TypeError(
             message(
                 "other_backend",
-                name=name,
+                name=f"each item of {name}" if key == "not_chunk" else name,
                 class_name=cls.__name__,
                 backend=_BACKENDS[module],
                 module=module,
