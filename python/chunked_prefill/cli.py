@@ -199,9 +199,9 @@ def _write_table(
     # Column widths come from bounds known before the first row (no value can be wider),
     # so rows are printed as they are planned instead of after the whole plan.
     longest = max(prompts)
-    chunks = sum(-(-p // min(config.chunk_size, longest)) for p in prompts)
+    steps = sum(prompts)  # every step prefills at least one token
     widths = [
-        max(len(_COLUMNS[0]), len(str(chunks))),
+        max(len(_COLUMNS[0]), len(str(steps))),
         max(len(_COLUMNS[1]), len(str(len(prompts) - 1))),
         max(len(_COLUMNS[2]), len(str(longest))),
         max(len(_COLUMNS[3]), len(str(min(config.chunk_size, longest)))),

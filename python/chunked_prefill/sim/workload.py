@@ -600,7 +600,9 @@ def _read_csv(path: str, text: str, unit: float, cols: _Columns) -> None:
     # csv refuses a field above 128 KiB, but an ignored column (a prompt's text) may be far
     # longer; no field can be longer than the file, which is already in memory.
     limit = csv.field_size_limit()
-    csv.field_size_limit(max(limit, len(text) + 1))
+    raised = len(text) >= limit  # the limit is process-wide: touch it only when it matters
+    if raised:
+        csv.field_size_limit(len(text) + 1)
     try:
         for cells in reader:
             line = reader.line_num
@@ -623,7 +625,8 @@ def _read_csv(path: str, text: str, unit: float, cols: _Columns) -> None:
     except csv.Error as err:
         raise TraceError(path, reader.line_num, None, f"malformed CSV: {err}") from None
     finally:
-        csv.field_size_limit(limit)
+        if raised:
+            csv.field_size_limit(limit)
     if header is None:
         raise TraceError(path, 0, None, "is empty: expected a header row and requests")
 
