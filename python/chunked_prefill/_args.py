@@ -106,9 +106,13 @@ def float_flag(
 ) -> Callable[[str], float]:
     """A parser of a number in ``[low, high]`` (``(low, high]`` with ``low_open``).
 
-    ``high`` may be ``math.inf`` to accept ``inf``; NaN is always refused.
+    ``high`` may be ``math.inf`` to accept ``inf``, or ``sys.float_info.max`` to accept
+    every finite number; NaN is always refused.
     """
-    rule = f"{what} in {_interval(low, high, low_open)}"
+    if high == sys.float_info.max:  # no bound but finiteness: say so in words
+        rule = f"{what}, finite and {'>' if low_open else '>='} {low:g}"
+    else:
+        rule = f"{what} in {_interval(low, high, low_open)}"
 
     def parse(text: str) -> float:
         try:
