@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -391,3 +392,21 @@ def test_setup_lines_come_before_the_run(
     assert code == 0
     assert "workload:" in seen[0] and "engine:" in seen[0]
     assert "TTFT" in out and "vLLM's ITL" in " ".join(out.split())
+
+
+def test_flag_parsers_are_reusable() -> None:
+    # The helpers later flags (--num-blocks, --watermark, ...) are meant to use.
+    from chunked_prefill._args import float_flag, int_flag, list_of
+
+    blocks = list_of(int_flag(1, 2**64 - 1))
+    assert blocks("16, 32") == [16, 32]
+    watermark = list_of(float_flag(0.0, 1.0, high_open=True, what="a fraction"))
+    assert watermark("0,0.01") == [0.0, 0.01]
+    for parse, text, rule in [
+        (blocks, "16,0", "[1, 18446744073709551615]"),
+        (blocks, "9" * 5000, "5000 characters"),
+        (watermark, "1", "a fraction in [0, 1)"),
+        (watermark, "nan", "a fraction in [0, 1)"),
+    ]:
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(rule)):
+            parse(text)

@@ -66,13 +66,13 @@ def show(text: str, limit: int = 60) -> str:
     return f"{text[: limit // 2]!r}...{text[-10:]!r} ({len(text)} characters)"
 
 
-def _interval(low: float, high: float, low_open: bool = False) -> str:
+def _interval(low: float, high: float, low_open: bool = False, high_open: bool = False) -> str:
     def fmt(x: float) -> str:
         if isinstance(x, int):
             return str(x)
         return "inf" if math.isinf(x) else f"{x:g}"
 
-    return f"{'(' if low_open else '['}{fmt(low)}, {fmt(high)}]"
+    return f"{'(' if low_open else '['}{fmt(low)}, {fmt(high)}{')' if high_open else ']'}"
 
 
 def int_flag(low: int, high: int, *, none: bool = False) -> Callable[[str], int | None]:
@@ -102,9 +102,11 @@ def float_flag(
     high: float,
     *,
     low_open: bool = False,
+    high_open: bool = False,
     what: str = "a number",
 ) -> Callable[[str], float]:
-    """A parser of a number in ``[low, high]`` (``(low, high]`` with ``low_open``).
+    """A parser of a number in ``[low, high]`` (an end is excluded with ``low_open`` or
+    ``high_open``: ``float_flag(0, 1, high_open=True)`` is a fraction below 1).
 
     ``high`` may be ``math.inf`` to accept ``inf``, or ``sys.float_info.max`` to accept
     every finite number; NaN is always refused.
@@ -112,7 +114,7 @@ def float_flag(
     if high == sys.float_info.max:  # no bound but finiteness: say so in words
         rule = f"{what}, finite and {'>' if low_open else '>='} {low:g}"
     else:
-        rule = f"{what} in {_interval(low, high, low_open)}"
+        rule = f"{what} in {_interval(low, high, low_open, high_open)}"
 
     def parse(text: str) -> float:
         try:
@@ -120,7 +122,8 @@ def float_flag(
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {rule}, got {show(text)}") from None
         too_low = value <= low if low_open else value < low
-        if math.isnan(value) or too_low or value > high:
+        too_high = value >= high if high_open else value > high
+        if math.isnan(value) or too_low or too_high:
             raise argparse.ArgumentTypeError(f"expected {rule}, got {show(text)}")
         return value
 
