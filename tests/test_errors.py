@@ -33,7 +33,7 @@ def _int_rows(name: str, call: Callable[[ModuleType, Any], Any]) -> list[Row]:
             f"{name}-bool",
             lambda b: call(b, True),
             TypeError,
-            message("not_int", name=name, type_name="bool", value_repr="True"),
+            message("bool_not_int", name=name, value=True),
         ),
         (
             f"{name}-float",
@@ -281,3 +281,52 @@ def test_membership_never_raises(backend: ModuleType) -> None:
     assert 1 in scheduler
     for value in (True, -1, BIG, 1.0, "1", None, object()):
         assert value not in scheduler
+
+
+def test_numpy_bools_are_bools_not_counts(backend: ModuleType) -> None:
+    # A numpy bool is no ``bool`` but is just as little a count; the message says the rule
+    # instead of showing "got bool: np.True_".
+    with pytest.raises(TypeError) as info:
+        backend.Config(chunk_size=np.True_)
+    assert info.value.args == (message("bool_not_int", name="chunk_size", value=True),)
+    assert "np." not in str(info.value)
+    assert backend.Config(interleave_decode=np.False_).interleave_decode is False
+
+
+def test_config_of_the_other_backend_is_named_as_such(backend: ModuleType) -> None:
+    import chunked_prefill._core as rust
+    import chunked_prefill.pure as pure
+
+    other = pure if backend is rust else rust
+    names = {rust: "rust", pure: "pure"}
+    text = message(
+        "other_backend",
+        name="config",
+        class_name="Config",
+        backend=names[backend],
+        module=backend.__name__,
+        other=names[other],
+        other_module=other.__name__,
+    )
+    for call in (
+        lambda: backend.Scheduler(other.Config()),
+        lambda: backend.PrefillChunkState(0, 10).next_chunk_size(other.Config()),
+    ):
+        with pytest.raises(TypeError) as info:
+            call()
+        assert info.value.args == (text,)
+    assert f"Config of the {names[backend]} backend" in text
+
+
+def test_chunk_of_the_other_backend_is_named_as_such(backend: ModuleType) -> None:
+    import chunked_prefill._core as rust
+    import chunked_prefill.pure as pure
+
+    other = pure if backend is rust else rust
+    with pytest.raises(TypeError) as info:
+        backend.Step(step_index=0, decode_tokens=0, chunks=[other.Chunk(1, 0, 5, True)])
+    names = {rust: "rust", pure: "pure"}
+    assert str(info.value) == (
+        f"each item of chunks must be a Chunk of the {names[backend]} backend"
+        f" ({backend.__name__}), got a Chunk of the {names[other]} backend ({other.__name__})"
+    )

@@ -303,6 +303,8 @@ def base_state(mod: ModuleType) -> dict[str, Any]:
 
 
 def _not_int(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return msg("bool_not_int", name=name, value=value)
     return msg("not_int", name=name, type_name=type(value).__name__, value_repr=repr(value))
 
 

@@ -144,7 +144,9 @@ def raised(exc_type: type[BaseException], message: str) -> Outcome:
 
 def u64_error(name: str, value: Any) -> Outcome | None:
     """The documented error for ``value`` as an unsigned 64-bit argument, or None."""
-    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+    if isinstance(value, bool):
+        return raised(TypeError, msg("bool_not_int", name=name, value=value))
+    if not hasattr(type(value), "__index__"):
         return raised(
             TypeError,
             msg("not_int", name=name, type_name=type(value).__name__, value_repr=repr(value)),
@@ -158,7 +160,9 @@ def u64_error(name: str, value: Any) -> Outcome | None:
 
 
 def i64_error(name: str, value: Any) -> Outcome | None:
-    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+    if isinstance(value, bool):
+        return raised(TypeError, msg("bool_not_int", name=name, value=value))
+    if not hasattr(type(value), "__index__"):
         return raised(
             TypeError,
             msg("not_int", name=name, type_name=type(value).__name__, value_repr=repr(value)),

@@ -28,7 +28,17 @@ def message(key: str, /, **fields: Any) -> str:
     return MESSAGES[key].format(**fields)
 
 
+def _is_bool(value: object) -> bool:
+    """``value`` is a ``bool`` or a numpy bool (``np.True_``, which is no ``bool``)."""
+    if isinstance(value, bool):
+        return True
+    cls = type(value)
+    return cls.__module__ == "numpy" and cls.__name__ in ("bool", "bool_")
+
+
 def _not_int(name: str, value: object) -> NoReturn:
+    if _is_bool(value):
+        raise TypeError(message("bool_not_int", name=name, value=bool(value)))
     raise TypeError(
         message("not_int", name=name, type_name=type(value).__name__, value_repr=repr(value))
     )
@@ -36,7 +46,7 @@ def _not_int(name: str, value: object) -> NoReturn:
 
 def _index(name: str, value: object) -> int:
     """``operator.index(value)``, refusing ``bool`` (a flag is not a count)."""
-    if isinstance(value, bool):
+    if _is_bool(value):
         _not_int(name, value)
     try:
         return operator.index(value)  # type: ignore[arg-type]
@@ -88,16 +98,48 @@ def as_optional_u64(name: str, value: object) -> int | None:
 
 
 def as_bool(name: str, value: object) -> bool:
-    """Return ``value`` if it is a ``bool``; anything else (even 0 or 1) is a ``TypeError``."""
+    """Return ``value`` if it is a ``bool`` (a numpy bool as a ``bool``); anything else (even
+    0 or 1) is a ``TypeError``."""
     if isinstance(value, bool):
         return value
+    if _is_bool(value):
+        return bool(value)
     raise TypeError(
         message("not_bool", name=name, type_name=type(value).__name__, value_repr=repr(value))
     )
 
 
+_BACKENDS = {"chunked_prefill._core": "rust", "chunked_prefill.pure": "pure"}
+_EXPECTED_CLASS = {
+    "not_config": "Config",
+    "not_serving_config": "ServingConfig",
+    "not_batch": "Batch",
+    "not_chunk": "Chunk",
+}
+
+
 def type_error(key: str, name: str, value: object) -> TypeError:
-    """A ``TypeError`` for ``value`` of the wrong type, from the table's ``key`` message."""
+    """A ``TypeError`` for ``value`` of the wrong type, from the table's ``key`` message.
+
+    The same class of the other backend (a pure ``Config`` given to the Rust
+    ``Scheduler``) gets the ``other_backend`` message, which says so, instead of the
+    puzzling "must be a Config, got Config".
+    """
+    cls = type(value)
+    other = _BACKENDS.get(cls.__module__)
+    if other is not None and _EXPECTED_CLASS.get(key) == cls.__name__:
+        module = next(m for m, b in _BACKENDS.items() if b != other)
+        return TypeError(
+            message(
+                "other_backend",
+                name=f"each item of {name}" if key == "not_chunk" else name,
+                class_name=cls.__name__,
+                backend=_BACKENDS[module],
+                module=module,
+                other=other,
+                other_module=cls.__module__,
+            )
+        )
     return TypeError(
         message(key, name=name, type_name=type(value).__name__, value_repr=repr(value))
     )

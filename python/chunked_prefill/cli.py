@@ -1,15 +1,24 @@
 """The ``chunked-prefill`` command line: ``simulate`` replays a workload against an engine
-latency model, ``plan`` shows the step table for some prompt lengths."""
+latency model, ``plan`` shows the step table for some prompt lengths.
+
+Every bad input is one line ``chunked-prefill COMMAND: error: MESSAGE`` on stderr and exit
+status 2; the message names the flag or argument, the value and the rule.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from types import ModuleType
-from typing import Any
+from typing import IO, Any
 
-__all__ = ["main", "plan_rows"]
+from ._args import U64_MAX, ArgumentParser, UsageError, int_flag, one_line
+
+__all__ = ["build_parser", "iter_plan_rows", "main", "plan_rows"]
+
+PlanRow = tuple[int, "int | None", int, int, bool, int]
 
 
 def _backend(name: str) -> ModuleType:
@@ -22,26 +31,29 @@ def _backend(name: str) -> ModuleType:
     return _core
 
 
-def _optional_int(text: str) -> int | None:
-    return None if text.lower() == "none" else int(text)
+def iter_plan_rows(
+    prompts: Sequence[int], config: Any, decode: int, backend: ModuleType
+) -> Iterator[tuple[int, int | None, int, int, bool, int]]:
+    """Every step until all ``prompts`` (request ids 0, 1, ...) are prefilled, one row per
+    chunk, ``(step, request, start, tokens, last_chunk, decode_tokens)``, as they are
+    planned (a long plan is never held in memory)."""
+    scheduler = backend.Scheduler(config)
+    for request_id, total in enumerate(prompts):
+        scheduler.enqueue(request_id, total)
+    while not scheduler.is_idle():
+        step = scheduler.next_step(decode)
+        for c in step.chunks:
+            yield (step.step_index, c.request_id, c.start, c.tokens, c.is_last, step.decode_tokens)
 
 
 def plan_rows(
     prompts: Sequence[int], config: Any, decode: int, backend: ModuleType
 ) -> list[tuple[int, int | None, int, int, bool, int]]:
-    """Every step until all ``prompts`` (request ids 0, 1, ...) are prefilled, one row per
-    chunk: ``(step, request, start, tokens, last_chunk, decode_tokens)``."""
-    scheduler = backend.Scheduler(config)
-    for request_id, total in enumerate(prompts):
-        scheduler.enqueue(request_id, total)
-    rows: list[tuple[int, int | None, int, int, bool, int]] = []
-    while not scheduler.is_idle():
-        step = scheduler.next_step(decode)
-        for c in step.chunks:
-            rows.append(
-                (step.step_index, c.request_id, c.start, c.tokens, c.is_last, step.decode_tokens)
-            )
-    return rows
+    """:func:`iter_plan_rows` as a list."""
+    return list(iter_plan_rows(prompts, config, decode, backend))
+
+
+_COLUMNS = ("step", "request", "start", "tokens", "last chunk", "decode tokens")
 
 
 def _add_plan_parser(subparsers: Any) -> None:
@@ -49,25 +61,74 @@ def _add_plan_parser(subparsers: Any) -> None:
         "plan",
         help="show the step table for some prompt lengths",
         description="Print the steps the scheduler plans for prompts of the given lengths "
-        "(request ids 0, 1, ... in the order given), one row per prefill chunk.",
+        "(request ids 0, 1, ... in the order given), one row per prefill chunk. Rows are "
+        "printed as they are planned, so a long plan streams (pipe it to head to cut it "
+        "short). Counts are whole numbers up to 2**64 - 1. Every bad input is one line "
+        "'chunked-prefill plan: error: ...' on stderr and exit status 2.",
     )
-    p.add_argument("prompts", nargs="+", type=int, metavar="TOKENS", help="prompt lengths")
-    p.add_argument("--chunk-size", type=int, default=512)
-    p.add_argument("--max-decode-tokens", type=int, default=128)
-    p.add_argument("--token-budget", type=_optional_int, default=None, metavar="N|none")
-    p.add_argument("--max-prefills-per-step", type=int, default=1)
-    p.add_argument("--no-interleave", action="store_true", help="steps carry no decode tokens")
+    count = int_flag(1, U64_MAX)
     p.add_argument(
-        "--decode", type=int, default=0, metavar="N", help="decoding requests at every step"
+        "prompts", nargs="+", type=count, metavar="TOKENS", help="prompt lengths, in tokens"
     )
-    p.add_argument("--backend", choices=["rust", "pure"], default="rust")
+    p.add_argument(
+        "--chunk-size",
+        type=count,
+        default=512,
+        metavar="N",
+        help="most prompt tokens per request per step (default: %(default)s)",
+    )
+    p.add_argument(
+        "--max-decode-tokens",
+        type=count,
+        default=128,
+        metavar="N",
+        help="most decode tokens per step (default: %(default)s)",
+    )
+    p.add_argument(
+        "--token-budget",
+        type=int_flag(1, U64_MAX, none=True),
+        default=None,
+        metavar="N|none",
+        help="tokens (decode + prefill) per step; 'none' plans one chunk per step (default: none)",
+    )
+    p.add_argument(
+        "--max-prefills-per-step",
+        type=count,
+        default=1,
+        metavar="N",
+        help="requests that may get a chunk in one step; above 1 needs --token-budget"
+        " (default: %(default)s)",
+    )
+    p.add_argument(
+        "--no-interleave",
+        action="store_true",
+        help="steps carry no decode tokens (default: decode tokens share each step)",
+    )
+    p.add_argument(
+        "--decode",
+        type=int_flag(0, U64_MAX),
+        default=0,
+        metavar="N",
+        help="decoding requests at every step (default: %(default)s)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print one JSON document, {"config": {...}, "rows": [{"step": ...,'
+        ' "request": ..., "start": ..., "tokens": ..., "last_chunk": ...,'
+        ' "decode_tokens": ...}, ...]}, streamed row by row',
+    )
+    p.add_argument(
+        "--backend",
+        choices=["rust", "pure"],
+        default="rust",
+        help="scheduler implementation (default: %(default)s)",
+    )
     p.set_defaults(func=_run_plan)
 
 
 def _run_plan(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
+    prog = "chunked-prefill plan"
     backend = _backend(args.backend)
     try:
         config = backend.Config(
@@ -77,26 +138,105 @@ def _run_plan(args: argparse.Namespace) -> int:
             token_budget=args.token_budget,
             max_prefills_per_step=args.max_prefills_per_step,
         )
-        rows = plan_rows(args.prompts, config, args.decode, backend)
-    except (ValueError, TypeError, OverflowError) as err:
-        print(f"chunked-prefill plan: error: {err}", file=sys.stderr)
-        return 2
-    table = Table(title=repr(config))
-    for name in ("step", "request", "start", "tokens", "last chunk", "decode tokens"):
-        table.add_column(name, justify="right")
-    for step, request, start, tokens, last, decode in rows:
-        table.add_row(
-            str(step), str(request), str(start), str(tokens), "yes" if last else "", str(decode)
+    except ValueError as err:
+        flags = (
+            f"--chunk-size {args.chunk_size} --max-decode-tokens {args.max_decode_tokens}"
+            f" --token-budget {'none' if args.token_budget is None else args.token_budget}"
+            f" --max-prefills-per-step {args.max_prefills_per_step}"
+            + (" --no-interleave" if args.no_interleave else "")
         )
-    Console(width=100).print(table)
+        print(f"{prog}: error: the configuration {flags}: {one_line(str(err))}", file=sys.stderr)
+        return 2
+    rows = iter_plan_rows(args.prompts, config, args.decode, backend)
+    out = sys.stdout
+    try:
+        if args.json:
+            _write_json(out, config, rows)
+        else:
+            _write_table(out, config, args.prompts, rows)
+        out.flush()
+    except BrokenPipeError:
+        # The reader (head, less) stopped reading: not an error. Point stdout at devnull
+        # so that the interpreter's final flush does not raise again.
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     return 0
+
+
+def _config_dict(config: Any) -> dict[str, Any]:
+    return {
+        "chunk_size": config.chunk_size,
+        "max_decode_tokens": config.max_decode_tokens,
+        "interleave_decode": config.interleave_decode,
+        "token_budget": config.token_budget,
+        "max_prefills_per_step": config.max_prefills_per_step,
+    }
+
+
+def _write_json(out: IO[str], config: Any, rows: Iterator[PlanRow]) -> None:
+    out.write('{"config": ' + json.dumps(_config_dict(config)) + ', "rows": [')
+    sep = "\n  "
+    for step, request, start, tokens, last, decode in rows:
+        row = {
+            "step": step,
+            "request": request,
+            "start": start,
+            "tokens": tokens,
+            "last_chunk": last,
+            "decode_tokens": decode,
+        }
+        out.write(sep + json.dumps(row))
+        sep = ",\n  "
+    out.write("\n]}\n")
+
+
+def _write_table(
+    out: IO[str], config: Any, prompts: Sequence[int], rows: Iterator[PlanRow]
+) -> None:
+    # Column widths come from bounds known before the first row (no value can be wider),
+    # so rows are printed as they are planned instead of after the whole plan.
+    longest = max(prompts)
+    steps = sum(prompts)  # every step prefills at least one token
+    widths = [
+        max(len(_COLUMNS[0]), len(str(steps))),
+        max(len(_COLUMNS[1]), len(str(len(prompts) - 1))),
+        max(len(_COLUMNS[2]), len(str(longest))),
+        max(len(_COLUMNS[3]), len(str(min(config.chunk_size, longest)))),
+        len(_COLUMNS[4]),
+        max(len(_COLUMNS[5]), len(str(config.max_decode_tokens))),
+    ]
+    out.write(repr(config) + "\n")
+    out.write("  ".join(name.rjust(w) for name, w in zip(_COLUMNS, widths)).rstrip() + "\n")
+    out.write("  ".join("-" * w for w in widths) + "\n")
+    for step, request, start, tokens, last, decode in rows:
+        cells = (
+            str(step),
+            str(request),
+            str(start),
+            str(tokens),
+            "yes" if last else "",
+            str(decode),
+        )
+        out.write("  ".join(c.rjust(w) for c, w in zip(cells, widths)) + "\n")
+
+
+def _version() -> str:
+    from . import BACKEND, __version__
+
+    return f"chunked-prefill {__version__} ({BACKEND} backend)"
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``chunked-prefill``."""
-    parser = argparse.ArgumentParser(
-        prog="chunked-prefill", description="Chunked-prefill step planner for LLM serving."
+    parser = ArgumentParser(
+        prog="chunked-prefill",
+        description="Chunked-prefill step planner for LLM serving. Every bad input is one"
+        " line 'chunked-prefill COMMAND: error: ...' on stderr and exit status 2.",
     )
+    parser.add_argument("--version", action="version", version=_version())
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     from .sim import cli as sim_cli
 
@@ -106,9 +246,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``chunked-prefill`` console script."""
+    """Entry point of the ``chunked-prefill`` console script (and ``python -m
+    chunked_prefill``); returns the exit status."""
     args = build_parser().parse_args(argv)
-    result: int = args.func(args)
+    try:
+        result: int = args.func(args)
+    except UsageError as err:
+        print(f"chunked-prefill {args.command}: error: {one_line(str(err))}", file=sys.stderr)
+        return 2
     return result
 
 

@@ -13,15 +13,27 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
-from .engine import ENGINE_PRESETS, EngineModel, ProfileError, load_profile
-from .report import PlotUnavailable, plot_cdfs, print_table, require_matplotlib, results_to_json
+from .._args import U64_MAX, ArgumentParser, UsageError, float_flag, int_flag, list_of, one_line
+from .engine import (
+    DEFAULT_ENGINE,
+    ENGINE_PRESETS,
+    MAX_COEFFICIENT_S,
+    EngineModel,
+    ProfileError,
+    load_profile,
+)
+from .report import PlotUnavailable, print_table, results_to_json
 from .simulator import (
     DEFAULT_STALL_THRESHOLD_S,
+    ConfigError,
+    SimConfig,
     SimResult,
+    StepLimitError,
     backend_name,
+    check_configs,
     expand_configs,
     resolve_backend,
     simulate,
@@ -29,21 +41,35 @@ from .simulator import (
 from .workload import (
     DEFAULT_RATE,
     DEFAULT_REQUESTS,
+    MAX_TOKENS,
     TraceError,
     Workload,
     default_workload,
     load_trace,
 )
 
-__all__ = ["add_parser", "main", "run"]
+__all__ = ["add_parser", "build_parser", "main", "run"]
 
 PROG = "chunked-prefill simulate"
 
-T = TypeVar("T")
+MAX_REQUESTS = 10_000_000
+"""The most synthetic requests (``--requests``): the workload is held in memory."""
+MIN_RATE = 1e-6
+"""The lowest synthetic arrival rate (``--rate``), requests/s: ten million requests then
+still arrive within 2**53 seconds."""
+DEFAULT_MAX_STEPS = 10_000_000
+"""``--max-steps`` unless told: about a minute or two of simulation per configuration."""
+MAX_STEPS_LIMIT = 10**12
+"""The largest ``--max-steps``."""
+PLOT_EXTRA_HINT = (
+    "install the plot extra: pip install '.[plot]' from a checkout, or"
+    " pip install 'chunked-prefill[plot]'"
+)
 
 _DESCRIPTION = """\
 Replay a workload through the real chunked-prefill Scheduler against a step-latency model
 of the engine, and report the TTFT, TBT and end-to-end latency each configuration gives.
+TBT (time between tokens) is what vLLM's benchmarks call ITL (inter-token latency).
 
 With no arguments: the embedded synthetic chat workload (1000 requests, Poisson arrivals
 at 6 req/s, heavy-tailed prompt and output lengths) on Llama-2-7B / A100 coefficients,
@@ -52,72 +78,21 @@ comparing chunk sizes 256, 512, 2048 and none (whole prompts in one step).
 Every scheduler option takes a comma list; the configurations run are the cross product
 of all lists (options that do not apply are dropped, duplicates removed)."""
 
-_EPILOG = """\
+_EPILOG = f"""\
 step time model: max(t_min, c0 + c_tok*(prefill+decode tokens)) + c_attn*(prefill
 (query, key) pairs) + c_kv*(context tokens of the decode requests), in seconds.
 Trace columns: arrival_s, prompt_tokens, output_tokens (+ optional cached_tokens,
-priority); common public-trace names are accepted as aliases."""
+priority); common public-trace names are accepted as aliases. Token counts are whole
+numbers up to {MAX_TOKENS} (2**63 - 1); arrival times up to 2**53 in --time-unit.
 
+Every bad input is one line 'chunked-prefill simulate: error: ...' on stderr and exit
+status 2, before anything is simulated."""
 
-def _list_of(parse: Callable[[str], T]) -> Callable[[str], list[T]]:
-    def parse_list(text: str) -> list[T]:
-        items = [item.strip() for item in text.split(",")]
-        if not items or any(not item for item in items):
-            raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
-        return [parse(item) for item in items]
-
-    parse_list.__name__ = f"list of {getattr(parse, '__name__', 'value')}"
-    return parse_list
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
-def _int_or_none(text: str) -> int | None:
-    if text.lower() == "none":
-        return None
-    return _positive_int(text)
-
-
-_int_or_none.__name__ = "int or 'none'"
-_positive_int.__name__ = "positive int"
-
-
-def _rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected requests/s or 'inf', got {text!r}") from None
-    if math.isnan(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected requests/s > 0 or 'inf', got {text!r}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"expected finite seconds >= 0, got {text!r}")
-    return value
-
-
-def _scale(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a factor, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a finite factor > 0, got {text!r}")
-    return value
+_COUNT = int_flag(1, U64_MAX)
+_COUNT_OR_NONE = int_flag(1, U64_MAX, none=True)
+_SECONDS = float_flag(0.0, sys.float_info.max, what="seconds")
+_COEFFICIENT = float_flag(0.0, MAX_COEFFICIENT_S, what="seconds")
+_SCALE = float_flag(0.0, sys.float_info.max, low_open=True, what="a factor")
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
@@ -125,40 +100,56 @@ def _configure(p: argparse.ArgumentParser) -> None:
     w.add_argument(
         "--trace",
         metavar="FILE",
-        help="replay a CSV or JSON Lines trace instead of the synthetic workload",
+        help="replay a CSV or JSON Lines trace instead of the synthetic workload (default:"
+        " the synthetic workload)",
     )
     w.add_argument(
         "--time-unit",
         choices=("s", "ms", "us"),
         default="s",
-        help="unit of numeric arrival times in --trace (default: s)",
+        help="unit of numeric arrival times in --trace (default: %(default)s)",
     )
     w.add_argument(
         "--requests",
-        type=_positive_int,
+        type=int_flag(1, MAX_REQUESTS),
         metavar="N",
-        help=f"synthetic requests (default: {DEFAULT_REQUESTS}); with --trace, replay the"
-        " first N rows",
+        help=f"synthetic requests, 1 to {MAX_REQUESTS} (default: {DEFAULT_REQUESTS}); with"
+        " --trace, replay the first N rows (default: all)",
     )
     w.add_argument(
         "--rate",
-        type=_rate,
+        type=float_flag(MIN_RATE, math.inf, what="requests/s"),
         metavar="R",
-        help=f"synthetic Poisson arrival rate, requests/s, or 'inf' for all at t=0"
-        f" (default: {DEFAULT_RATE:g})",
-    )
-    w.add_argument("--seed", type=int, metavar="S", help="synthetic workload seed (default: 0)")
-    w.add_argument(
-        "--prompt-scale", type=_scale, default=1.0, metavar="X", help="multiply prompt lengths"
+        help=f"synthetic Poisson arrival rate, requests/s, at least {MIN_RATE:g}, or 'inf' for"
+        f" all at t=0 (default: {DEFAULT_RATE:g})",
     )
     w.add_argument(
-        "--output-scale", type=_scale, default=1.0, metavar="X", help="multiply output lengths"
+        "--seed",
+        type=int_flag(0, U64_MAX),
+        metavar="S",
+        help="synthetic workload seed, 0 to 2**64 - 1 (default: 0)",
+    )
+    w.add_argument(
+        "--prompt-scale",
+        type=_SCALE,
+        default=1.0,
+        metavar="X",
+        help="multiply prompt lengths, rounded (default: %(default)s)",
+    )
+    w.add_argument(
+        "--output-scale",
+        type=_SCALE,
+        default=1.0,
+        metavar="X",
+        help="multiply output lengths, rounded (default: %(default)s)",
     )
 
-    s = p.add_argument_group("scheduler (comma lists; the cross product is run)")
+    s = p.add_argument_group(
+        "scheduler (comma lists; the cross product is run; counts are 1 to 2**64 - 1)"
+    )
     s.add_argument(
         "--chunk-size",
-        type=_list_of(_int_or_none),
+        type=list_of(_COUNT_OR_NONE),
         default=[256, 512, 2048, None],
         metavar="LIST",
         help="most prompt tokens per request per step; 'none' = whole prompt in one step"
@@ -166,65 +157,126 @@ def _configure(p: argparse.ArgumentParser) -> None:
     )
     s.add_argument(
         "--token-budget",
-        type=_list_of(_int_or_none),
+        type=list_of(_COUNT_OR_NONE),
         default=[None],
         metavar="LIST",
-        help="tokens (decode + prefill) per step, or 'none' for the one-chunk rule (default: none)",
+        help="tokens (decode + prefill) per step, or 'none' for the one-chunk rule; like"
+        " vLLM's max_num_batched_tokens (default: none)",
     )
     s.add_argument(
         "--max-prefills-per-step",
-        type=_list_of(_positive_int),
+        type=list_of(_COUNT),
         default=[1],
         metavar="LIST",
         help="requests that may get a chunk in one step; needs a token budget (default: 1)",
     )
     s.add_argument(
         "--max-decode-tokens",
-        type=_list_of(_positive_int),
+        type=list_of(_COUNT),
         default=[128],
         metavar="LIST",
         help="most decode tokens per step (default: 128)",
     )
     s.add_argument(
         "--max-running",
-        type=_list_of(_positive_int),
+        type=list_of(_COUNT),
         default=[256],
         metavar="LIST",
         help="most requests running at once, like vLLM's max_num_seqs (default: 256)",
     )
+    s.add_argument(
+        "--max-steps",
+        type=int_flag(1, MAX_STEPS_LIMIT),
+        default=DEFAULT_MAX_STEPS,
+        metavar="N",
+        help="refuse a configuration that needs more than N engine steps: checked from the"
+        " workload before anything runs, and enforced while running, so that a huge scale"
+        " cannot hang the run; about 100 000 steps take a second (default: %(default)s)",
+    )
 
-    e = p.add_argument_group("engine model (seconds)")
+    e = p.add_argument_group(
+        f"engine model (coefficients in seconds, 0 to {MAX_COEFFICIENT_S:g}; each overrides"
+        " the preset and --profile)"
+    )
     e.add_argument(
         "--engine",
         choices=sorted(ENGINE_PRESETS),
         default="llama2-7b-a100",
-        help="coefficient preset (default: llama2-7b-a100)",
+        help="coefficient preset (default: %(default)s)",
     )
     e.add_argument(
-        "--profile", metavar="FILE", help="TOML or JSON file of coefficients over the preset"
+        "--profile",
+        metavar="FILE",
+        help="TOML or JSON file of coefficients over the preset (keys: preset, name, t_min_s,"
+        " c0_s, c_tok_s, c_attn_s, c_kv_s)",
     )
-    e.add_argument("--t-min", type=_seconds, metavar="S", help="floor of the linear part")
-    e.add_argument("--c0", type=_seconds, metavar="S", help="fixed cost per step")
-    e.add_argument("--c-tok", type=_seconds, metavar="S", help="cost per batched token")
-    e.add_argument("--c-attn", type=_seconds, metavar="S", help="cost per prefill (q, k) pair")
-    e.add_argument("--c-kv", type=_seconds, metavar="S", help="cost per decode context token")
+    e.add_argument(
+        "--t-min",
+        type=_COEFFICIENT,
+        metavar="S",
+        help=f"floor of the linear part (default: the preset's; {DEFAULT_ENGINE.t_min_s:g} for"
+        f" {DEFAULT_ENGINE.name})",
+    )
+    e.add_argument(
+        "--c0",
+        type=_COEFFICIENT,
+        metavar="S",
+        help=f"fixed cost per step (default: the preset's; {DEFAULT_ENGINE.c0_s:g} for"
+        f" {DEFAULT_ENGINE.name})",
+    )
+    e.add_argument(
+        "--c-tok",
+        type=_COEFFICIENT,
+        metavar="S",
+        help=f"cost per batched token (default: the preset's; {DEFAULT_ENGINE.c_tok_s:g} for"
+        f" {DEFAULT_ENGINE.name})",
+    )
+    e.add_argument(
+        "--c-attn",
+        type=_COEFFICIENT,
+        metavar="S",
+        help=f"cost per prefill (q, k) pair (default: the preset's; {DEFAULT_ENGINE.c_attn_s:g} for"
+        f" {DEFAULT_ENGINE.name})",
+    )
+    e.add_argument(
+        "--c-kv",
+        type=_COEFFICIENT,
+        metavar="S",
+        help=f"cost per decode context token (default: the preset's; {DEFAULT_ENGINE.c_kv_s:g} for"
+        f" {DEFAULT_ENGINE.name})",
+    )
 
     o = p.add_argument_group("output")
-    o.add_argument("--json", action="store_true", help="print JSON instead of the table")
-    o.add_argument("--plot", metavar="FILE.png", help="draw TTFT and TBT CDFs (needs matplotlib)")
-    o.add_argument("--quiet", action="store_true", help="no progress bar and no notes")
+    o.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON instead of the table (a figure that is not a finite number, such"
+        " as the throughput of a run too short to measure, is written as null)",
+    )
+    o.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="draw TTFT and TBT CDFs into FILE; its suffix names the format (.png, .pdf,"
+        " .svg, ...); needs matplotlib, the plot extra",
+    )
+    o.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar and no notes (the progress bar is drawn only when stderr is"
+        " a terminal)",
+    )
     o.add_argument(
         "--stall-threshold",
-        type=_seconds,
+        type=_SECONDS,
         default=DEFAULT_STALL_THRESHOLD_S,
         metavar="S",
-        help=f"a TBT gap above this is a stall (default: {DEFAULT_STALL_THRESHOLD_S:g})",
+        help="a TBT gap above this many seconds is a stall (default: %(default)s)",
     )
     o.add_argument(
         "--backend",
         choices=("auto", "rust", "pure"),
         default="auto",
-        help="scheduler implementation (default: auto = rust when built)",
+        help="scheduler implementation (default: %(default)s = rust when built)",
     )
 
 
@@ -243,7 +295,7 @@ def add_parser(subparsers: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """A standalone parser of the ``simulate`` options."""
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog=PROG,
         description=_DESCRIPTION,
         epilog=_EPILOG,
@@ -253,26 +305,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-class _UsageError(Exception):
-    pass
-
-
 def _workload(args: argparse.Namespace) -> Workload:
     if args.trace is not None:
         for flag, value in (("--rate", args.rate), ("--seed", args.seed)):
             if value is not None:
-                raise _UsageError(f"{flag} applies to the synthetic workload, not to --trace")
+                raise UsageError(f"{flag} applies to the synthetic workload, not to --trace")
         wl = load_trace(args.trace, time_unit=args.time_unit)
         if args.requests is not None:
             wl = wl.head(args.requests)
-        return wl.scaled(args.prompt_scale, args.output_scale)
-    return default_workload(
-        args.requests if args.requests is not None else DEFAULT_REQUESTS,
-        rate=args.rate if args.rate is not None else DEFAULT_RATE,
-        seed=args.seed if args.seed is not None else 0,
-        prompt_scale=args.prompt_scale,
-        output_scale=args.output_scale,
-    )
+    else:
+        wl = default_workload(
+            args.requests if args.requests is not None else DEFAULT_REQUESTS,
+            rate=args.rate if args.rate is not None else DEFAULT_RATE,
+            seed=args.seed if args.seed is not None else 0,
+        )
+    try:
+        wl = wl.scaled(args.prompt_scale, 1.0)
+    except ValueError as err:
+        raise UsageError(f"argument --prompt-scale: {err}") from None
+    try:
+        return wl.scaled(1.0, args.output_scale)
+    except ValueError as err:
+        raise UsageError(f"argument --output-scale: {err}") from None
 
 
 def _engine(args: argparse.Namespace) -> EngineModel:
@@ -287,34 +341,109 @@ def _engine(args: argparse.Namespace) -> EngineModel:
         "c_kv_s": args.c_kv,
     }
     if any(v is not None for v in overrides.values()):
-        model = model.with_overrides(name=f"{model.name} (overridden)", **overrides)
+        try:
+            model = model.with_overrides(name=f"{model.name} (overridden)", **overrides)
+        except ValueError as err:
+            raise UsageError(f"arguments --t-min, --c0, --c-tok: {err}") from None
     return model
 
 
+def _check_plot_path(path: str) -> None:
+    """Refuse ``--plot PATH`` before simulating: matplotlib missing, no or an unknown
+    suffix (matplotlib would pick the format, or add ``.png`` to the name), a folder that
+    does not exist or cannot be written."""
+    try:
+        import matplotlib  # noqa: F401  (first: a cached submodule would hide its absence)
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+    except ImportError:
+        raise UsageError(f"argument --plot: needs matplotlib; {PLOT_EXTRA_HINT}") from None
+    formats = sorted(FigureCanvasAgg.get_supported_filetypes())
+    suffix = os.path.splitext(path)[1].lower()
+    known = ", ".join("." + f for f in formats)
+    if not suffix:
+        raise UsageError(
+            f"argument --plot: {path!r} has no suffix to name the image format; use one of {known}"
+        )
+    if suffix[1:] not in formats:
+        raise UsageError(
+            f"argument --plot: {path!r}: unsupported image format {suffix!r}; use one of {known}"
+        )
+    if os.path.isdir(path):
+        raise UsageError(f"argument --plot: {path!r} is a folder, not a file name")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"argument --plot: the folder {folder!r} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"argument --plot: the folder {folder!r} is not writable")
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the ``simulate`` subcommand on parsed ``args``; returns the exit status."""
+    """Run the ``simulate`` subcommand on parsed ``args``; returns the exit status.
+
+    A bad input prints one line ``chunked-prefill simulate: error: ...`` on stderr and
+    returns 2.
+    """
     try:
         return _run(args)
-    except (_UsageError, TraceError, ProfileError, PlotUnavailable, ValueError, ImportError) as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr)
+    except StepLimitError as err:
+        print(
+            f"{PROG}: error: argument --max-steps: {err}; raise --max-steps (now"
+            f" {err.limit}) or shrink the workload (--prompt-scale, --output-scale)",
+            file=sys.stderr,
+        )
+        return 2
+    except (UsageError, TraceError, ProfileError, ValueError) as err:
+        print(f"{PROG}: error: {one_line(str(err))}", file=sys.stderr)
+        return 2
+    except PlotUnavailable:
+        hint = f"argument --plot: needs matplotlib; {PLOT_EXTRA_HINT}"
+        print(f"{PROG}: error: {hint}", file=sys.stderr)
+        return 2
+    except OSError as err:  # writing the plot
+        print(f"{PROG}: error: {one_line(str(err))}", file=sys.stderr)
         return 2
 
 
-def _run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    if args.plot is not None:
-        require_matplotlib()
-    module = resolve_backend(args.backend)
-    workload = _workload(args)
-    engine = _engine(args)
-    configs = expand_configs(
+def _configs(args: argparse.Namespace) -> list[SimConfig]:
+    return expand_configs(
         args.chunk_size,
         args.token_budget,
         args.max_prefills_per_step,
         args.max_decode_tokens,
         args.max_running,
     )
+
+
+def _flags(cfg: SimConfig) -> str:
+    """The flags that give ``cfg``, for a message about it."""
+    d = cfg.to_dict()
+    parts = [f"--chunk-size {'none' if d['chunk_size'] is None else d['chunk_size']}"]
+    if d["token_budget"] is not None:
+        parts.append(f"--token-budget {d['token_budget']}")
+    if d["max_prefills_per_step"] != 1:
+        parts.append(f"--max-prefills-per-step {d['max_prefills_per_step']}")
+    parts.append(f"--max-decode-tokens {d['max_decode_tokens']}")
+    return "the configuration " + " ".join(parts)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    if args.plot is not None:
+        _check_plot_path(args.plot)
+    module = resolve_backend(args.backend)
+    workload = _workload(args)
+    engine = _engine(args)
+    configs = _configs(args)
+    try:
+        check_configs(workload, configs, backend=module, max_steps=args.max_steps)
+    except ConfigError as err:
+        raise UsageError(f"{_flags(err.config)}: {err.problem}") from None
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=160)
+    if not args.quiet and not args.json:
+        _print_setup(console, workload, engine)
     err_console = Console(stderr=True)
     show_progress = not args.quiet and err_console.is_terminal
     started = time.perf_counter()
@@ -327,33 +456,17 @@ def _run(args: argparse.Namespace) -> int:
             engine=engine,
             backend=module,
             stall_threshold_s=args.stall_threshold,
+            max_steps=args.max_steps,
         )
     wall = time.perf_counter() - started
     if args.plot is not None:
+        from .report import plot_cdfs
+
         plot_cdfs(results, args.plot)
     if args.json:
         sys.stdout.write(results_to_json(results) + "\n")
         sys.stdout.flush()
         return 0
-    console = Console()
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=160)
-    summary = workload.summary()
-    if not args.quiet:
-        console.print(
-            f"[bold]workload[/]: {summary['source']}; mean prompt"
-            f" {summary['prompt_tokens_mean']:.0f} (max {summary['prompt_tokens_max']}) tokens,"
-            f" mean output {summary['output_tokens_mean']:.0f} (max"
-            f" {summary['output_tokens_max']}) tokens",
-            highlight=False,
-        )
-        console.print(
-            f"[bold]engine[/]: {engine.name}: max({engine.t_min_s * 1e3:g} ms,"
-            f" {engine.c0_s * 1e3:g} ms + {engine.c_tok_s * 1e6:g} us/token)"
-            f" + {engine.c_attn_s * 1e9:g} ns/(q,k) pair + {engine.c_kv_s * 1e6:g} us/context"
-            " token",
-            highlight=False,
-        )
     print_table(results, console)
     if not args.quiet:
         console.print(
@@ -364,6 +477,24 @@ def _run(args: argparse.Namespace) -> int:
             highlight=False,
         )
     return 0
+
+
+def _print_setup(console: Any, workload: Workload, engine: EngineModel) -> None:
+    summary = workload.summary()
+    console.print(
+        f"[bold]workload[/]: {summary['source']}; mean prompt"
+        f" {summary['prompt_tokens_mean']:.0f} (max {summary['prompt_tokens_max']}) tokens,"
+        f" mean output {summary['output_tokens_mean']:.0f} (max"
+        f" {summary['output_tokens_max']}) tokens",
+        highlight=False,
+    )
+    console.print(
+        f"[bold]engine[/]: {engine.name}: max({engine.t_min_s * 1e3:g} ms,"
+        f" {engine.c0_s * 1e3:g} ms + {engine.c_tok_s * 1e6:g} us/token)"
+        f" + {engine.c_attn_s * 1e9:g} ns/(q,k) pair + {engine.c_kv_s * 1e6:g} us/context"
+        " token",
+        highlight=False,
+    )
 
 
 def _simulate_with_progress(
@@ -399,6 +530,7 @@ def _simulate_with_progress(
             backend=module,
             stall_threshold_s=args.stall_threshold,
             on_progress=on_progress,
+            max_steps=args.max_steps,
         )
 
 

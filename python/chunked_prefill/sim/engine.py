@@ -16,19 +16,27 @@ its prompt plus the tokens it has generated so far.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from ._json import DuplicateKey, Number, exact
+from ._json import loads as json_loads
+
 __all__ = [
     "DEFAULT_ENGINE",
     "ENGINE_PRESETS",
+    "MAX_COEFFICIENT_S",
     "EngineModel",
     "ProfileError",
     "load_profile",
 ]
+
+
+MAX_COEFFICIENT_S = 3600.0
+"""The largest coefficient, in seconds (an hour per token or per step). Every simulated
+time stays a finite float under it, so the table and ``--json`` always agree."""
 
 
 @dataclass(frozen=True)
@@ -58,8 +66,11 @@ class EngineModel:
             v = getattr(self, f.name)
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise ValueError(f"engine coefficient {f.name} must be a number, got {v!r}")
-            if not (math.isfinite(v) and v >= 0):
-                raise ValueError(f"engine coefficient {f.name} must be finite and >= 0, got {v!r}")
+            if not 0 <= v <= MAX_COEFFICIENT_S:
+                raise ValueError(
+                    f"engine coefficient {f.name} must be in [0, {MAX_COEFFICIENT_S:g}] seconds,"
+                    f" got {_shown(v)}"
+                )
             object.__setattr__(self, f.name, float(v))
         if max(self.t_min_s, self.c0_s + self.c_tok_s) <= 0:
             raise ValueError(
@@ -129,6 +140,13 @@ ENGINE_PRESETS: dict[str, EngineModel] = {
 """Named engine models (``--engine NAME``)."""
 
 
+def _shown(value: object) -> str:
+    """A value for a message, a huge int shortened to its digit count."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        return f"a {len(str(abs(value))) if abs(value) < 10**4000 else 'many'}-digit number"
+    return repr(value)
+
+
 class ProfileError(ValueError):
     """An engine profile file that cannot be used; the message names the file and key."""
 
@@ -149,9 +167,47 @@ def _load_toml(path: str, data: bytes) -> dict[str, Any]:
             ) from None
     try:
         parsed: dict[str, Any] = tomllib.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+    except UnicodeDecodeError as err:
+        raise ProfileError(f"{path}: not UTF-8 text: {err}") from None
+    except ValueError as err:  # TOMLDecodeError, or an integer of over 4 300 digits
         raise ProfileError(f"{path}: not valid TOML: {err}") from None
     return parsed
+
+
+def _kind(value: object) -> str:
+    """What a profile value is, for a message: a number as written, else its kind."""
+    if isinstance(value, Number):
+        return value if len(value) <= 40 else f"a {len(value)}-character number"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return _shown(value)
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 40 else "a long string"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__
+
+
+def _seconds(path: str, key: str, value: object) -> float:
+    """A coefficient read from a profile: a number of seconds in [0, MAX_COEFFICIENT_S]."""
+    rule = f"expected seconds in [0, {MAX_COEFFICIENT_S:g}]"
+    number: float | None = None
+    if isinstance(value, Number):
+        parsed = exact(value)
+        if parsed is not None and 0 <= parsed[0] <= MAX_COEFFICIENT_S:
+            number = float(parsed[0])
+    elif (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and 0 <= value <= MAX_COEFFICIENT_S
+    ):
+        number = float(value)
+    if number is None:
+        raise ProfileError(f"{path}: key {key!r}: {rule}, got {_kind(value)}")
+    return number
 
 
 def load_profile(path: str | os.PathLike[str], base: EngineModel = DEFAULT_ENGINE) -> EngineModel:
@@ -173,8 +229,12 @@ def load_profile(path: str | os.PathLike[str], base: EngineModel = DEFAULT_ENGIN
         table = _load_toml(name, data)
     else:
         try:
-            table = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            table = json_loads(data.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise ProfileError(f"{name}: not UTF-8 text: {err}") from None
+        except DuplicateKey as err:
+            raise ProfileError(f"{name}: key {err.key!r}: appears twice in one object") from None
+        except json.JSONDecodeError as err:
             raise ProfileError(f"{name}: not valid JSON: {err}") from None
         if not isinstance(table, dict):
             raise ProfileError(f"{name}: expected a JSON object at the top level")
@@ -189,6 +249,11 @@ def load_profile(path: str | os.PathLike[str], base: EngineModel = DEFAULT_ENGIN
     model = base
     if "preset" in table:
         preset = table["preset"]
+        if not isinstance(preset, str) or isinstance(preset, Number):
+            raise ProfileError(
+                f"{name}: key 'preset': expected the name of an engine preset (a string), got"
+                f" {_kind(preset)}; known: {', '.join(sorted(ENGINE_PRESETS))}"
+            )
         if preset not in ENGINE_PRESETS:
             raise ProfileError(
                 f"{name}: key 'preset': unknown engine {preset!r};"
@@ -205,15 +270,16 @@ def load_profile(path: str | os.PathLike[str], base: EngineModel = DEFAULT_ENGIN
                 + ", ".join(sorted(_PROFILE_KEYS))
             )
         if key == "name":
-            if not isinstance(value, str):
-                raise ProfileError(f"{name}: key 'name': expected a string, got {value!r}")
-        elif isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ProfileError(f"{name}: key {key!r}: expected seconds (a number), got {value!r}")
-        elif not (math.isfinite(value) and value >= 0):
-            raise ProfileError(f"{name}: key {key!r}: expected a finite number >= 0, got {value!r}")
-        changes[key] = value
+            if not isinstance(value, str) or isinstance(value, Number):
+                raise ProfileError(f"{name}: key 'name': expected a string, got {_kind(value)}")
+            changes[key] = str(value)
+            continue
+        changes[key] = _seconds(name, key, value)
     if "name" not in changes and changes:
         changes["name"] = f"{model.name} ({os.path.basename(name)})"
     elif "name" not in changes:
         changes["name"] = model.name
-    return replace(model, **changes)
+    try:
+        return replace(model, **changes)
+    except ValueError as err:  # a rule across keys, e.g. a step with no duration
+        raise ProfileError(f"{name}: {err}") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -37,8 +38,22 @@ _CONFIG_COLUMNS = (
 
 
 def results_to_json(results: Sequence[SimResult], *, indent: int | None = 2) -> str:
-    """The ``--json`` document: a list with one object per configuration."""
-    return json.dumps([r.to_dict() for r in results], indent=indent, allow_nan=False)
+    """The ``--json`` document: a list with one object per configuration.
+
+    A figure that is not a finite number (the throughput of a run whose span rounds to
+    zero) is written as ``null``, so the document is always standard JSON.
+    """
+    return json.dumps([_finite(r.to_dict()) for r in results], indent=indent, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _ms(value: float | None) -> str:
@@ -91,7 +106,7 @@ def results_table(results: Sequence[SimResult], *, title: str | None = None) -> 
 
     table = Table(
         title=title,
-        caption="TTFT and TBT in ms, e2e in s",
+        caption="TTFT and TBT in ms (TBT: time between tokens, vLLM's ITL), e2e in s",
         header_style="bold",
         box=box.SIMPLE_HEAD,
         pad_edge=False,

@@ -48,18 +48,24 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_CHUNK_SIZES",
     "DEFAULT_STALL_THRESHOLD_S",
+    "ConfigError",
     "Percentiles",
     "SimConfig",
     "SimResult",
+    "StepLimitError",
     "StepRecord",
     "backend_name",
+    "check_configs",
     "expand_configs",
+    "min_steps",
     "resolve_backend",
     "simulate",
 ]
 
 DEFAULT_STALL_THRESHOLD_S = 0.1
 """A TBT gap above this many seconds counts as a decode stall."""
+U64_MAX = 2**64 - 1
+"""The scheduler's counts (chunk size, token budget, caps) are unsigned 64-bit."""
 DEFAULT_CHUNK_SIZES: tuple[int | None, ...] = (256, 512, 2048, None)
 """The chunk sizes compared when no configuration is given (``None``: whole prompts)."""
 
@@ -86,8 +92,8 @@ class SimConfig:
         def positive(name: str, value: object, *, optional: bool = False) -> None:
             if optional and value is None:
                 return
-            if type(value) is not int or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+            if type(value) is not int or not 1 <= value <= U64_MAX:
+                raise ValueError(f"{name} must be an int in [1, {U64_MAX}], got {value!r}")
 
         positive("chunk_size", self.chunk_size, optional=True)
         positive("token_budget", self.token_budget, optional=True)
@@ -345,6 +351,7 @@ def simulate(
     stall_threshold_s: float = DEFAULT_STALL_THRESHOLD_S,
     record_steps: bool = False,
     on_progress: ProgressCallback | None = None,
+    max_steps: int | None = None,
 ) -> list[SimResult]:
     """Replay ``workload`` through the scheduler once per configuration.
 
@@ -353,6 +360,12 @@ def simulate(
     :func:`resolve_backend`); both give identical results. ``record_steps`` keeps a
     :class:`StepRecord` per step in ``SimResult.step_log`` (slow, for checks). Returns one
     :class:`SimResult` per configuration, in order.
+
+    Every configuration is checked before any runs (a bad one raises ``ValueError``
+    naming it). ``max_steps`` bounds the engine steps of each configuration: one whose
+    :func:`min_steps` exceeds it raises :class:`StepLimitError` before anything runs, and
+    a run that reaches it anyway stops with the same error, so a huge workload cannot
+    hang the caller. ``None`` (the default) sets no bound.
     """
     if not isinstance(workload, Workload):
         workload = Workload.from_requests(workload)
@@ -369,15 +382,47 @@ def simulate(
     if not (math.isfinite(stall_threshold_s) and stall_threshold_s >= 0):
         raise ValueError(f"stall_threshold_s must be finite and >= 0, got {stall_threshold_s!r}")
     module = resolve_backend(backend)
+    check_configs(workload, cfg_list, backend=module, max_steps=max_steps)
+    limit = _NO_LIMIT if max_steps is None else max_steps
     results = []
     for index, cfg in enumerate(cfg_list):
         callback = (
             None if on_progress is None else _ProgressAdapter(on_progress, index, len(workload))
         )
         results.append(
-            _run(workload, cfg, engine, module, stall_threshold_s, record_steps, callback)
+            _run(workload, cfg, engine, module, stall_threshold_s, record_steps, callback, limit)
         )
     return results
+
+
+_NO_LIMIT = 2**128
+
+
+def check_configs(
+    workload: Workload,
+    configs: Iterable[SimConfig],
+    *,
+    backend: Backend = "auto",
+    max_steps: int | None = None,
+) -> None:
+    """Raise what :func:`simulate` would raise for ``configs`` before running any of them.
+
+    Each configuration must be one the scheduler accepts (:class:`ConfigError`) and,
+    with ``max_steps``, need at most that many steps by :func:`min_steps`
+    (:class:`StepLimitError`). Cheap: one pass over the workload per configuration.
+    """
+    if max_steps is not None and (type(max_steps) is not int or max_steps < 1):
+        raise ValueError(f"max_steps must be None or an int >= 1, got {max_steps!r}")
+    module = resolve_backend(backend)
+    cfg_list = list(configs)
+    longest = max(workload.prompt_tokens)
+    for cfg in cfg_list:
+        _make_config(module, cfg, longest)
+    if max_steps is not None:
+        for cfg in cfg_list:
+            steps, reason = min_steps(workload, cfg)
+            if steps > max_steps:
+                raise StepLimitError(cfg, steps, max_steps, reason, estimated=True)
 
 
 class _ProgressAdapter:
@@ -392,13 +437,103 @@ class _ProgressAdapter:
         self.fn(self.index, done, self.total)
 
 
-def _make_scheduler(module: ModuleType, options: dict[str, Any]) -> _core.Scheduler:
+class ConfigError(ValueError):
+    """The scheduler refuses a configuration: ``config`` is it, ``problem`` the
+    scheduler's message (the message is both)."""
+
+    def __init__(self, config: SimConfig, problem: str) -> None:
+        self.config = config
+        self.problem = problem
+        super().__init__(f"configuration {config.label()}: {problem}")
+
+
+def _make_config(module: ModuleType, cfg: SimConfig, longest_prompt: int) -> _core.Config:
     try:
-        config = module.Config(**options)
+        config: _core.Config = module.Config(**cfg.scheduler_options(longest_prompt))
     except ValueError as err:
-        raise ValueError(f"invalid scheduler configuration {options}: {err}") from None
-    scheduler: _core.Scheduler = module.Scheduler(config)
+        raise ConfigError(cfg, str(err)) from None
+    return config
+
+
+def _make_scheduler(module: ModuleType, cfg: SimConfig, longest_prompt: int) -> _core.Scheduler:
+    scheduler: _core.Scheduler = module.Scheduler(_make_config(module, cfg, longest_prompt))
     return scheduler
+
+
+class StepLimitError(ValueError):
+    """A configuration needs more engine steps than the ``max_steps`` of :func:`simulate`.
+
+    ``config`` is the configuration, ``steps`` the steps it needs (a lower bound when
+    ``estimated``, found before running; else the steps run when it was stopped), ``limit``
+    the limit and ``reason`` what makes the steps (which requests, which cap).
+    """
+
+    def __init__(
+        self, config: SimConfig, steps: int, limit: int, reason: str, *, estimated: bool
+    ) -> None:
+        self.config = config
+        self.steps = steps
+        self.limit = limit
+        self.reason = reason
+        self.estimated = estimated
+        if estimated:
+            text = f"needs at least {steps} steps ({reason}), above the limit of {limit} steps"
+        else:
+            text = f"reached the limit of {limit} steps with {reason}"
+        super().__init__(f"configuration {config.label()} {text}")
+
+
+def min_steps(workload: Workload, cfg: SimConfig) -> tuple[int, str]:
+    """A lower bound of the engine steps ``cfg`` takes to run ``workload``, and why.
+
+    The bound is the largest of: one request's own chain (its prefill chunks, then one
+    step per further output token), all prefill chunks at ``max_prefills_per_step`` per
+    step, all prefill tokens at ``token_budget`` per step, and all decode tokens at
+    ``min(max_decode_tokens, max_running)`` per step. It takes one pass over the workload
+    and is found before anything runs.
+    """
+    prompts = workload.prompt_tokens
+    if not prompts:
+        return 0, "no requests"
+    chunk = max(prompts) if cfg.chunk_size is None else cfg.chunk_size
+    if cfg.token_budget is not None:
+        chunk = min(chunk, cfg.token_budget)
+    chain, chain_of, chain_chunks = 0, 0, 0
+    total_chunks = total_prefill = total_decode = 0
+    for i, (p, o, c) in enumerate(zip(prompts, workload.output_tokens, workload.cached_tokens)):
+        todo = p - c if c < p else 1
+        k = -(-todo // chunk)
+        total_chunks += k
+        total_prefill += todo
+        total_decode += o - 1
+        if k + o - 1 > chain:
+            chain, chain_of, chain_chunks = k + o - 1, i, k
+    per_step = cfg.max_prefills_per_step if cfg.token_budget is not None else 1
+    decode_width = min(cfg.max_decode_tokens, cfg.max_running)
+    o_chain = workload.output_tokens[chain_of]
+    bounds = [
+        (
+            chain,
+            f"request {chain_of} alone takes {chain_chunks} prefill chunk(s) of at most"
+            f" {chunk} tokens, then {o_chain - 1} decode steps",
+        ),
+        (
+            -(-total_chunks // per_step),
+            f"{total_chunks} prefill chunks, at most {per_step} per step",
+        ),
+        (
+            -(-total_decode // decode_width),
+            f"{total_decode} decode tokens, at most {decode_width} per step",
+        ),
+    ]
+    if cfg.token_budget is not None:
+        bounds.append(
+            (
+                -(-total_prefill // cfg.token_budget),
+                f"{total_prefill} prefill tokens, at most {cfg.token_budget} per step",
+            )
+        )
+    return max(bounds, key=lambda b: b[0])
 
 
 def _run(
@@ -409,6 +544,7 @@ def _run(
     stall_threshold: float,
     record: bool,
     progress: Callable[[int], None] | None,
+    max_steps: int = _NO_LIMIT,
 ) -> SimResult:
     import numpy as np
 
@@ -419,7 +555,7 @@ def _run(
     prio = wl.priority
     n = len(arrival)
     order = sorted(range(n), key=lambda i: (arrival[i], i))
-    sched = _make_scheduler(module, cfg.scheduler_options(max(prompt)))
+    sched = _make_scheduler(module, cfg, max(prompt))
     enqueue = sched.enqueue
     next_step = sched.next_step
     drain = sched.drain_completed
@@ -530,6 +666,10 @@ def _run(
         dur = lin + c_attn * attn + c_kv * kv
         now = start_t + dur
         steps += 1
+        if steps > max_steps:
+            raise StepLimitError(
+                cfg, steps, max_steps, f"{done} of {n} requests done", estimated=False
+            )
         prefill_total += ptok
         decoded: tuple[int, ...] = ()
         if d:

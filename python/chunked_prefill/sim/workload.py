@@ -15,7 +15,11 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any
+
+from ._json import FLOAT_EXACT, DuplicateKey, Number, exact, whole
+from ._json import loads as json_loads
 
 __all__ = [
     "FIELD_ALIASES",
@@ -29,6 +33,12 @@ __all__ = [
 
 I64_MIN = -(2**63)
 I64_MAX = 2**63 - 1
+MAX_TOKENS = I64_MAX
+"""The largest token count of a request (prompt, output or cached tokens): the simulator
+keeps per-request counts in 64-bit signed arrays."""
+MAX_ARRIVAL_S = float(2**53)
+"""The latest arrival time, in seconds (about 285 million years): up to it a float holds
+whole seconds exactly, and the simulated clock cannot overflow."""
 
 
 @dataclass(frozen=True)
@@ -84,12 +94,23 @@ class Workload:
             p = self.prompt_tokens[i]
             o = self.output_tokens[i]
             c = self.cached_tokens[i]
-            if not (isinstance(a, (int, float)) and math.isfinite(a) and a >= 0):
-                raise ValueError(f"request {i}: arrival_s must be a finite number >= 0, got {a!r}")
-            if type(p) is not int or p < 1:
-                raise ValueError(f"request {i}: prompt_tokens must be an int >= 1, got {p!r}")
-            if type(o) is not int or o < 1:
-                raise ValueError(f"request {i}: output_tokens must be an int >= 1, got {o!r}")
+            if (
+                isinstance(a, bool)
+                or not isinstance(a, (int, float))
+                or not 0 <= a <= MAX_ARRIVAL_S
+            ):
+                raise ValueError(
+                    f"request {i}: arrival_s must be a number of seconds in"
+                    f" [0, {MAX_ARRIVAL_S:.0f}] (2**53), got {a!r}"
+                )
+            if type(p) is not int or not 1 <= p <= MAX_TOKENS:
+                raise ValueError(
+                    f"request {i}: prompt_tokens must be an int in [1, {MAX_TOKENS}], got {p!r}"
+                )
+            if type(o) is not int or not 1 <= o <= MAX_TOKENS:
+                raise ValueError(
+                    f"request {i}: output_tokens must be an int in [1, {MAX_TOKENS}], got {o!r}"
+                )
             if type(c) is not int or not 0 <= c <= p:
                 raise ValueError(
                     f"request {i}: cached_tokens must be an int in [0, prompt_tokens={p}],"
@@ -156,13 +177,13 @@ class Workload:
         prompts = self.prompt_tokens
         cached = self.cached_tokens
         if prompt_scale != 1.0:
-            prompts = tuple(max(1, round(p * prompt_scale)) for p in self.prompt_tokens)
+            prompts = _scale_counts("prompt_scale", prompt_scale, self.prompt_tokens, "prompt")
             cached = tuple(
                 min(math.floor(c * prompt_scale), p) for c, p in zip(self.cached_tokens, prompts)
             )
         outputs = self.output_tokens
         if output_scale != 1.0:
-            outputs = tuple(max(1, round(o * output_scale)) for o in self.output_tokens)
+            outputs = _scale_counts("output_scale", output_scale, self.output_tokens, "output")
         return Workload(
             self.arrival_s,
             prompts,
@@ -189,6 +210,22 @@ class Workload:
             "output_tokens_max": max(self.output_tokens),
             "cached_tokens_total": sum(self.cached_tokens),
         }
+
+
+def _scale_counts(name: str, scale: float, counts: Sequence[int], what: str) -> tuple[int, ...]:
+    """``counts`` times ``scale``, rounded, at least 1; a ``ValueError`` naming ``name`` when
+    a count would leave ``[1, MAX_TOKENS]``."""
+    limit = float(MAX_TOKENS)
+    out = []
+    for i, count in enumerate(counts):
+        scaled = count * scale
+        if not scaled < limit:  # also catches inf
+            raise ValueError(
+                f"{name} {scale:g} makes request {i}'s {what} {scaled:.3g} tokens, above the"
+                f" limit of {MAX_TOKENS} tokens (2**63 - 1)"
+            )
+        out.append(max(1, round(scaled)))
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------- synthetic
@@ -384,62 +421,91 @@ class _Columns:
         self.time_kind: str | None = None  # "number" or "datetime", fixed by the first row
 
 
+def _show(raw: object) -> str:
+    """``raw`` for a message: as written for a number or text (shortened when long)."""
+    if isinstance(raw, (list, dict)):
+        return _json_kind(raw)
+    text = raw if isinstance(raw, str) else json.dumps(raw) if isinstance(raw, bool) else None
+    if text is None:
+        return repr(raw)
+    shown = text if isinstance(raw, Number) else repr(text)
+    if len(shown) > 60:
+        shown = f"{shown[:30]}...{shown[-10:]} ({len(text)} characters)"
+    return shown
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, dict):
+        return "a JSON object"
+    if isinstance(value, list):
+        return "a JSON array"
+    if isinstance(value, Number):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "null" if value is None else json.dumps(value)
+
+
+def _number(raw: object) -> tuple[Decimal, bool] | None:
+    """The exact value of a JSON number or a text cell, and whether it was an integer."""
+    if isinstance(raw, str):  # Number (a JSON number) is a str too
+        return exact(raw)
+    return None
+
+
 def _parse_int(
     path: str, line: int, col: str, raw: object, *, low: int, high: int, what: str
 ) -> int:
-    value: int | None = None
-    if isinstance(raw, bool):
-        value = None
-    elif isinstance(raw, int):
-        value = raw
-    elif isinstance(raw, float):
-        value = int(raw) if math.isfinite(raw) and raw.is_integer() else None
-    elif isinstance(raw, str):
-        text = raw.strip()
-        try:
-            value = int(text)
-        except ValueError:
-            try:
-                f = float(text)
-            except ValueError:
-                f = math.nan
-            value = int(f) if math.isfinite(f) and f.is_integer() else None
-    if value is None:
-        raise TraceError(path, line, col, f"expected {what}, got {raw!r}")
+    parsed = _number(raw)
+    if parsed is None:
+        raise TraceError(path, line, col, f"expected {what}, got {_show(raw)}")
+    value, written_as_integer = parsed
     if not low <= value <= high:
-        raise TraceError(path, line, col, f"expected {what}, got {value}")
-    return value
+        raise TraceError(path, line, col, f"expected {what}, got {_show(raw)}")
+    count = whole(value, written_as_integer)
+    if count is None:
+        if written_as_integer or abs(value) <= FLOAT_EXACT:
+            raise TraceError(path, line, col, f"expected {what}, got {_show(raw)}")
+        raise TraceError(
+            path,
+            line,
+            col,
+            f"expected {what}, got {_show(raw)}: a number with a fraction or an exponent"
+            f" above 2**53 ({FLOAT_EXACT}) may be a rounded float; write it as a whole"
+            " number",
+        )
+    return count
 
 
 def _parse_time(path: str, line: int, col: str, raw: object, unit: float, cols: _Columns) -> float:
-    value: float | None = None
     kind = "number"
-    if isinstance(raw, bool):
-        value = None
-    elif isinstance(raw, (int, float)):
-        value = float(raw) * unit
-    elif isinstance(raw, str):
-        text = raw.strip()
-        try:
-            value = float(text) * unit
-        except ValueError:
-            value = _parse_datetime(text)
-            kind = "datetime"
-    if value is None:
+    parsed = _number(raw)
+    seconds: float | None = None
+    if parsed is not None:
+        value, _ = parsed
+        if not 0 <= value <= FLOAT_EXACT:
+            raise TraceError(
+                path,
+                line,
+                col,
+                f"expected a time in [0, {FLOAT_EXACT}] (2**53, up to which a float holds"
+                f" every whole number), got {_show(raw)}",
+            )
+        seconds = float(value) * unit
+    elif isinstance(raw, str) and not isinstance(raw, Number):
+        seconds = _parse_datetime(raw.strip())
+        kind = "datetime"
+    if seconds is None:
         raise TraceError(
-            path, line, col, f"expected seconds (a number) or an ISO date-time, got {raw!r}"
+            path, line, col, f"expected seconds (a number) or an ISO date-time, got {_show(raw)}"
         )
-    if not math.isfinite(value):
-        raise TraceError(path, line, col, f"expected a finite time, got {raw!r}")
     if cols.time_kind is None:
         cols.time_kind = kind
     elif cols.time_kind != kind:
         raise TraceError(
-            path, line, col, f"is a {kind} but earlier rows hold {cols.time_kind}s: {raw!r}"
+            path, line, col, f"is a {kind} but earlier rows hold {cols.time_kind}s: {_show(raw)}"
         )
-    if kind == "number" and value < 0:
-        raise TraceError(path, line, col, f"expected a time >= 0, got {raw!r}")
-    return value
+    return seconds
 
 
 def _parse_datetime(text: str) -> float | None:
@@ -485,8 +551,8 @@ def _add_row(
         mapping["prompt_tokens"],
         values["prompt_tokens"],
         low=1,
-        high=2**63,
-        what="a whole number of tokens >= 1",
+        high=MAX_TOKENS,
+        what=f"a whole number of tokens in [1, {MAX_TOKENS}]",
     )
     output = _parse_int(
         path,
@@ -494,8 +560,8 @@ def _add_row(
         mapping["output_tokens"],
         values["output_tokens"],
         low=1,
-        high=2**63,
-        what="a whole number of tokens >= 1",
+        high=MAX_TOKENS,
+        what=f"a whole number of tokens in [1, {MAX_TOKENS}]",
     )
     cached = 0
     if "cached_tokens" in values:
@@ -517,7 +583,7 @@ def _add_row(
             values["priority"],
             low=I64_MIN,
             high=I64_MAX,
-            what="a signed 64-bit integer",
+            what=f"a whole number in [{I64_MIN}, {I64_MAX}]",
         )
     cols.arrival.append(arrival)
     cols.prompt.append(prompt)
@@ -531,6 +597,12 @@ def _read_csv(path: str, text: str, unit: float, cols: _Columns) -> None:
     header: list[str] | None = None
     mapping: dict[str, str] = {}
     header_line = 0
+    # csv refuses a field above 128 KiB, but an ignored column (a prompt's text) may be far
+    # longer; no field can be longer than the file, which is already in memory.
+    limit = csv.field_size_limit()
+    raised = len(text) >= limit  # the limit is process-wide: touch it only when it matters
+    if raised:
+        csv.field_size_limit(len(text) + 1)
     try:
         for cells in reader:
             line = reader.line_num
@@ -552,20 +624,32 @@ def _read_csv(path: str, text: str, unit: float, cols: _Columns) -> None:
             _add_row(path, line, dict(zip(header, cells)), mapping, unit, cols)
     except csv.Error as err:
         raise TraceError(path, reader.line_num, None, f"malformed CSV: {err}") from None
+    finally:
+        if raised:
+            csv.field_size_limit(limit)
     if header is None:
         raise TraceError(path, 0, None, "is empty: expected a header row and requests")
 
 
 def _read_jsonl(path: str, text: str, unit: float, cols: _Columns) -> None:
-    for line, raw_line in enumerate(text.splitlines(), start=1):
-        if not raw_line.strip():
+    # JSON Lines ends a record at "\n" (or "\r\n") only: str.splitlines() would also
+    # split inside a string holding U+2028, U+2029 or U+0085, which are valid there (and
+    # json.dumps(ensure_ascii=False) writes them), and shift every later line number.
+    for line, raw_line in enumerate(text.split("\n"), start=1):
+        if raw_line.endswith("\r"):
+            raw_line = raw_line[:-1]
+        if not raw_line.strip(" \t"):
             continue
         try:
-            obj = json.loads(raw_line)
+            obj = json_loads(raw_line)
         except json.JSONDecodeError as err:
-            raise TraceError(path, line, None, f"is not valid JSON: {err.msg}") from None
+            raise TraceError(
+                path, line, None, f"is not valid JSON: {err.msg} (column {err.colno})"
+            ) from None
+        except DuplicateKey as err:
+            raise TraceError(path, line, err.key, "appears twice in the object") from None
         if not isinstance(obj, dict):
-            raise TraceError(path, line, None, f"expected a JSON object, got {type(obj).__name__}")
+            raise TraceError(path, line, None, f"expected a JSON object, got {_json_kind(obj)}")
         mapping = _map_columns(path, line, list(obj))
         _add_row(path, line, obj, mapping, unit, cols)
 
@@ -589,6 +673,14 @@ def load_trace(
     Rows are kept in file order (request ``i`` is the ``i``-th row); the simulator admits
     them in arrival order. A malformed row raises :class:`TraceError` naming the file, line
     and field; no row is dropped, clamped or repaired.
+
+    Numbers are read exactly from their text: token counts are whole numbers in
+    ``[1, 2**63 - 1]`` (cached tokens up to the prompt; a priority is any signed 64-bit
+    integer), and a count written with a fraction or an exponent (``1.5e3``) is trusted
+    only up to 2**53, where a float still holds every whole number; arrival times are at
+    most 2**53 in ``time_unit``. JSON Lines records end at ``\\n`` (or ``\\r\\n``) only, and
+    an object that names a key twice is an error. A CSV column that is not read may be of
+    any length.
     """
     name = os.fspath(path)
     if time_unit not in _TIME_UNITS:

@@ -1,0 +1,10 @@
+"""``python -m chunked_prefill``: the ``chunked-prefill`` command line."""
+
+from __future__ import annotations
+
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())
