@@ -25,7 +25,7 @@ from .engine import (
     ProfileError,
     load_profile,
 )
-from .report import PlotUnavailable, print_table, results_to_json
+from .report import PLOT_HINT, PlotUnavailable, print_table, results_to_json
 from .simulator import (
     DEFAULT_STALL_THRESHOLD_S,
     ConfigError,
@@ -61,10 +61,6 @@ DEFAULT_MAX_STEPS = 10_000_000
 """``--max-steps`` unless told: about a minute or two of simulation per configuration."""
 MAX_STEPS_LIMIT = 10**12
 """The largest ``--max-steps``."""
-PLOT_EXTRA_HINT = (
-    "install the plot extra: pip install '.[plot]' from a checkout, or"
-    " pip install 'chunked-prefill[plot]'"
-)
 
 _DESCRIPTION = """\
 Replay a workload through the real chunked-prefill Scheduler against a step-latency model
@@ -356,7 +352,7 @@ def _check_plot_path(path: str) -> None:
         import matplotlib  # noqa: F401  (first: a cached submodule would hide its absence)
         from matplotlib.backends.backend_agg import FigureCanvasAgg
     except ImportError:
-        raise UsageError(f"argument --plot: needs matplotlib; {PLOT_EXTRA_HINT}") from None
+        raise UsageError(f"argument --plot: needs matplotlib; {PLOT_HINT}") from None
     formats = sorted(FigureCanvasAgg.get_supported_filetypes())
     suffix = os.path.splitext(path)[1].lower()
     known = ", ".join("." + f for f in formats)
@@ -396,7 +392,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{PROG}: error: {one_line(str(err))}", file=sys.stderr)
         return 2
     except PlotUnavailable:
-        hint = f"argument --plot: needs matplotlib; {PLOT_EXTRA_HINT}"
+        hint = f"argument --plot: needs matplotlib; {PLOT_HINT}"
         print(f"{PROG}: error: {hint}", file=sys.stderr)
         return 2
     except OSError as err:  # writing the plot
@@ -462,7 +458,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         from .report import plot_cdfs
 
-        plot_cdfs(results, args.plot)
+        plot_cdfs(results, args.plot, workload=workload.source)
     if args.json:
         sys.stdout.write(results_to_json(results) + "\n")
         sys.stdout.flush()

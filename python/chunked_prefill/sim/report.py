@@ -175,7 +175,10 @@ class PlotUnavailable(RuntimeError):
     """matplotlib is not installed (it is the optional ``plot`` extra)."""
 
 
-PLOT_HINT = "plotting needs matplotlib, the plot extra: pip install '.[plot]' in the checkout"
+PLOT_HINT = (
+    "install the plot extra: pip install '.[plot]' from a checkout, or"
+    " pip install 'chunked-prefill[plot]'"
+)
 
 
 def require_matplotlib() -> None:
