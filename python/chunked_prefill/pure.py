@@ -398,6 +398,13 @@ def _new_step(step_index: int, decode_tokens: int, chunks: tuple[Chunk, ...], to
     return step
 
 
+# `PrefillChunkState.advance` is a read-modify-write: one lock for all states makes it atomic
+# (the section is a few integer operations, so sharing it costs nothing), and the ids of the
+# states whose update is running let a same-thread re-entry be refused, not interleaved.
+_ADVANCE_LOCK = threading.RLock()
+_ADVANCING: set[int] = set()
+
+
 def _prefill_start(total_tokens: int, cached_tokens: int) -> int:
     """Where prefill starts: after the cached prefix, but the last token is always computed."""
     return total_tokens - 1 if cached_tokens >= total_tokens else cached_tokens
@@ -409,6 +416,8 @@ class PrefillChunkState:
     ``processed_tokens`` is the position in the prompt up to which the KV cache is filled:
     it starts at ``cached_tokens`` (or ``total_tokens - 1`` when the whole prompt is cached,
     since the last token's logits are still needed) and reaches ``total_tokens``.
+
+    ``advance`` is atomic: calls from several threads never lose an update.
     """
 
     __slots__ = ("_cached", "_priority", "_processed", "_request_id", "_total")
@@ -484,9 +493,25 @@ class PrefillChunkState:
         return self._priority
 
     def advance(self, n: int) -> None:
-        """Advance by ``n`` tokens, clamped to ``total_tokens``."""
+        """Advance by ``n`` tokens, clamped to ``total_tokens``, atomically.
+
+        ``n`` is converted first (its ``__index__`` may run any code, even code that uses
+        this state), then the update runs under a lock, so concurrent calls never lose an
+        update. A finalizer or signal handler that calls ``advance`` on this same state while
+        the update is running (on the same thread) is refused with ``RuntimeError``, leaving
+        the state unchanged; the Rust backend runs no Python code during its update, so there
+        such a call simply runs before or after it.
+        """
         step = as_u64("n", n)
-        self._processed = min(self._processed + step, self._total)
+        key = id(self)
+        with _ADVANCE_LOCK:
+            if key in _ADVANCING:
+                raise RuntimeError(message("state_reentered"))
+            _ADVANCING.add(key)
+            try:
+                self._processed = min(self._processed + step, self._total)
+            finally:
+                _ADVANCING.discard(key)
 
     def remaining(self) -> int:
         """Prompt tokens still to prefill."""
@@ -547,9 +572,10 @@ class PrefillChunkState:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
+        processed = self._processed  # read once: another thread may advance meanwhile
         return (
             f"PrefillChunkState(request_id={self._request_id}, total_tokens={self._total},"
-            f" processed_tokens={self._processed}, is_complete={self.is_complete},"
+            f" processed_tokens={processed}, is_complete={processed >= self._total},"
             f" cached_tokens={self._cached}, priority={self._priority})"
         )
 

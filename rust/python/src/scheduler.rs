@@ -114,7 +114,7 @@ impl PyScheduler {
     fn abort(&self, request_id: &Bound<'_, PyAny>) -> PyResult<PyPrefillChunkState> {
         let request_id = to_u64("request_id", request_id)?;
         let inner = self.lock()?.abort(request_id).map_err(core_err)?;
-        Ok(PyPrefillChunkState { inner })
+        Ok(PyPrefillChunkState::wrap(inner))
     }
 
     /// A copy of ``request_id``'s progress; ``KeyError`` if it is not tracked.
@@ -122,7 +122,7 @@ impl PyScheduler {
         let request_id = to_u64("request_id", request_id)?;
         let found = self.lock()?.state(request_id).cloned();
         found
-            .map(|inner| PyPrefillChunkState { inner })
+            .map(PyPrefillChunkState::wrap)
             .ok_or_else(|| core_err(CoreError::UnknownRequest { request_id }))
     }
 
