@@ -11,22 +11,27 @@ the pure twin it does that too, or, if it lands mid-update, it is refused with
 The hook that runs the inner call is ``sys.settrace``: it fires at every Python line, call and
 return while the outer call runs, which is exactly where a signal handler or a collection can
 run, so each test tries every such point, deterministically.
+
+``Step(chunks=...)`` draws its iterable item by item on both backends, so an endless iterator
+fails at its first item that is not a ``Chunk``.
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import pickle
 import re
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
 
 import numpy as np
+import pytest
 
 import chunked_prefill.pure as P
 
@@ -197,3 +202,36 @@ def test_every_binding_class_is_frozen() -> None:
         assert not re.search(r"fn \w+(<[^>]*>)?\(\s*&mut self", text), path.name
         assert not re.search(r"\.borrow(_mut)?\(\)", text), path.name
     assert found >= 5
+
+
+# --------------------------------------------------------------------------- Step(chunks=...)
+
+
+def test_step_refuses_an_endless_iterator_at_its_first_bad_item(backend: ModuleType) -> None:
+    with pytest.raises(TypeError) as info:
+        backend.Step(step_index=0, decode_tokens=0, chunks=itertools.count())
+    assert str(info.value) == msg("not_chunk", name="chunks", type_name="int", value_repr="0")
+
+    def endless() -> Iterator[Any]:
+        yield backend.Chunk(1, 0, 2, False)
+        yield backend.Chunk(2, 4, 1, True)
+        yield "three"
+        while True:
+            yield backend.Chunk(3, 0, 1, False)
+
+    items = endless()
+    with pytest.raises(TypeError) as info:
+        backend.Step(step_index=1, decode_tokens=1, chunks=items)
+    assert str(info.value) == msg("not_chunk", name="chunks", type_name="str", value_repr="'three'")
+    # Nothing past the bad item was drawn.
+    assert next(items) == backend.Chunk(3, 0, 1, False)
+
+
+def test_step_takes_any_finite_iterable(backend: ModuleType) -> None:
+    chunks = [backend.Chunk(1, 0, 2, False), backend.Chunk(2, 4, 1, True)]
+    for given in (chunks, tuple(chunks), iter(chunks), (c for c in chunks)):
+        step = backend.Step(step_index=3, decode_tokens=1, chunks=given)
+        assert step.chunks == tuple(chunks)
+        assert step.prefill_tokens == 3
+    with pytest.raises(TypeError, match=r"^'int' object is not iterable$"):
+        backend.Step(step_index=0, decode_tokens=0, chunks=5)

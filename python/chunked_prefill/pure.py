@@ -296,6 +296,9 @@ class Step:
     The engine runs every chunk in ``chunks`` (in order) and ``decode_tokens`` decode
     tokens, one for each of that many decoding requests. ``prefill_request_id``,
     ``prefill_start`` and ``is_last_chunk`` describe the first chunk, as the original did.
+
+    ``chunks`` may be any iterable of ``Chunk``; it is drawn once, item by item, and the first
+    item that is not a ``Chunk`` is refused before the next is drawn.
     """
 
     __slots__ = ("_chunks", "_decode_tokens", "_prefill_tokens", "_step_index")
@@ -307,14 +310,17 @@ class Step:
     def __new__(cls, *, step_index: int, decode_tokens: int, chunks: Iterable[Chunk] = ()) -> Step:
         index = as_u128("step_index", step_index)
         decode = as_u64("decode_tokens", decode_tokens)
-        items = tuple(chunks)
-        for chunk in items:
+        # Item by item, as the binding does: the first item that is not a Chunk is refused
+        # before the next is drawn, so an endless iterator of anything else fails at once.
+        items = []
+        for chunk in chunks:
             if not isinstance(chunk, Chunk):
                 raise type_error("not_chunk", "chunks", chunk)
-        total = sum(c.tokens for c in items)
+            items.append(chunk)
+        total = sum(c._tokens for c in items)
         if total > U64_MAX:
             raise OverflowError(message("above_u64", name="prefill_tokens", value=total))
-        return _new_step(index, decode, items, total)
+        return _new_step(index, decode, tuple(items), total)
 
     @property
     def step_index(self) -> int:
