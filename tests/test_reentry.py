@@ -1,16 +1,22 @@
 """Re-entry and threads: code that runs in the middle of a call and uses the same object.
 
-A finalizer, a signal handler or an argument's ``__index__`` can run on the calling thread
-while ``PrefillChunkState.advance`` is in progress and use that same state; other threads can
-use it too. Whatever they do, no update is lost and no call fails with a borrow error: an
-``__index__`` runs before the update on both backends; on the Rust backend any other inner
-call runs whole before or after it (no Python code runs while the binding holds a lock); on
-the pure twin it does that too, or, if it lands mid-update, it is refused with
-``RuntimeError`` and changes nothing.
+A finalizer (``__del__`` of cyclic garbage, run by the garbage collector), a signal handler or
+an argument's ``__index__`` can run on the calling thread while a ``Scheduler`` or
+``PrefillChunkState`` call is in progress and call that same object; other threads can call
+it too. Whatever they do, the object is never corrupted and no call fails with a borrow error:
+
+* an ``__index__`` runs while arguments are converted, before the call touches anything, on
+  both backends: its calls run whole before the call;
+* anywhere else, on the Rust backend the inner call runs whole before or after the outer one
+  (no Python code runs while the binding holds a lock); on the pure twin it does that too,
+  or, if it lands while the outer call holds the lock (and one of the two calls updates), it
+  is refused with ``RuntimeError`` and changes nothing;
+* concurrent ``advance`` calls on one state never lose an update.
 
 The hook that runs the inner call is ``sys.settrace``: it fires at every Python line, call and
-return while the outer call runs, which is exactly where a signal handler or a collection can
-run, so each test tries every such point, deterministically.
+return while the outer call runs (in the twin's own code, in ``_validate`` and ``_state``
+when the binding calls them, in ``copy`` and ``pickle``), which is exactly where a signal
+handler or a collection can run, so each test tries every such point, deterministically.
 
 ``Step(chunks=...)`` draws its iterable item by item on both backends, so an endless iterator
 fails at its first item that is not a ``Chunk``.
@@ -19,10 +25,12 @@ fails at its first item that is not a ``Chunk``.
 from __future__ import annotations
 
 import copy
+import gc
 import itertools
 import json
 import pickle
 import re
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -45,6 +53,13 @@ def msg(key: str, /, **fields: Any) -> str:
     return MESSAGES[key].format(**fields)
 
 
+REENTERED = re.compile(
+    re.escape(MESSAGES["reentered"])
+    .replace(re.escape("{method}"), r"(?P<method>\w+)")
+    .replace(re.escape("{running}"), r"(?P<running>\w+)")
+)
+
+
 class Idx:
     """An int that runs ``hook`` when converted, and always takes the binding's slow path."""
 
@@ -56,6 +71,19 @@ class Idx:
         if self.hook is not None:
             self.hook()
         return self.value
+
+
+def busy(mod: ModuleType) -> Any:
+    """A scheduler with completed (1), started (2, 3) and waiting (4, 5) requests."""
+    s = mod.Scheduler(
+        mod.Config(chunk_size=4, max_decode_tokens=2, token_budget=9, max_prefills_per_step=3)
+    )
+    for rid, total in [(1, 3), (2, 10), (3, 7)]:
+        s.enqueue(rid, total)
+    s.next_step(1)
+    s.enqueue(4, 6, priority=1)
+    s.enqueue(5, 5, cached_tokens=2)
+    return s
 
 
 def norm(value: Any) -> Any:
@@ -72,6 +100,49 @@ def outcome(call: Callable[[], Any]) -> tuple[Any, ...]:
         return ("ok", norm(call()))
     except (KeyError, ValueError) as exc:
         return ("error", type(exc).__name__, str(exc))
+
+
+Op = Callable[[Any], Any]
+
+# The outer calls: every Scheduler method, with arguments that run Python when converted.
+OUTER: dict[str, Op] = {
+    "enqueue": lambda s: s.enqueue(Idx(8), Idx(5), cached_tokens=Idx(1), priority=Idx(-1)),
+    "next_step": lambda s: s.next_step(Idx(1)),
+    "next_step_numpy": lambda s: s.next_step(np.int64(2)),
+    "abort_started": lambda s: s.abort(Idx(2)),
+    "abort_waiting": lambda s: s.abort(np.uint32(5)),
+    "abort_completed": lambda s: s.abort(Idx(1)),
+    "drain_completed": lambda s: s.drain_completed(),
+    "state": lambda s: s.state(Idx(3)),
+    "to_state": lambda s: s.to_state(),
+    "is_idle": lambda s: s.is_idle(),
+    "active_count": lambda s: s.active_count(),
+    "chunks_scheduled": lambda s: s.chunks_scheduled(),
+    "tokens_prefilled": lambda s: s.tokens_prefilled(),
+    "repr": repr,
+    "len": len,
+    "contains": lambda s: Idx(3) in s,
+    "copy": lambda s: copy.copy(s).to_state(),
+    "pickle": lambda s: pickle.loads(pickle.dumps(s)).to_state(),
+}
+
+# The inner calls a finalizer or signal handler makes.
+INNER: dict[str, Op] = {
+    "abort_started": lambda s: s.abort(2),
+    "abort_waiting": lambda s: s.abort(5),
+    "next_step": lambda s: s.next_step(1),
+    "enqueue": lambda s: s.enqueue(9, 4),
+    "drain_completed": lambda s: s.drain_completed(),
+    "to_state": lambda s: s.to_state(),
+    "len": len,
+}
+
+
+def serial(mod: ModuleType, first: Op, second: Op) -> tuple[Any, ...]:
+    s = busy(mod)
+    a = outcome(lambda: first(s))
+    b = outcome(lambda: second(s))
+    return a, b, s.to_state()
 
 
 def fire_at(point: int, hook: Callable[[], None]) -> list[int]:
@@ -99,6 +170,216 @@ def points(call: Callable[[], Any]) -> range:
     finally:
         sys.settrace(None)
     return range(count[0] + 8)
+
+
+def run_with_hook(outer: Op, s: Any, point: int, hook: Callable[[], None]) -> tuple[Any, ...]:
+    fire_at(point, hook)
+    try:
+        return outcome(lambda: outer(s))
+    finally:
+        sys.settrace(None)
+
+
+class Garbage:
+    """A reference cycle whose finalizer runs ``action`` when the collector frees it."""
+
+    def __init__(self, action: Callable[[], None]) -> None:
+        self.action = action
+        self.me = self
+
+    def __del__(self) -> None:
+        self.action()
+
+
+def check_points(mod: ModuleType, outer_name: str, inner_name: str, via: str) -> set[str]:
+    """Run the outer call with the inner one fired at each of its trace points and check
+    each result; return how the inner calls ended: ``"before/after"``, ``"refused"`` (pure
+    twin only) or ``"not run"`` (the point was not reached)."""
+    outer, inner = OUTER[outer_name], INNER[inner_name]
+    alone = serial(mod, outer, lambda s: None)[::2]
+    before = serial(mod, inner, outer)
+    after = serial(mod, outer, inner)
+    after = (after[1], after[0], after[2])
+    s0 = busy(mod)
+    return {
+        check_point(mod, outer, inner, point, via, alone, [before, after])
+        for point in points(lambda: outer(s0))
+    }
+
+
+def check_point(
+    mod: ModuleType,
+    outer: Op,
+    inner: Op,
+    point: int,
+    via: str,
+    alone: tuple[Any, ...],
+    serial_runs: list[tuple[Any, ...]],
+) -> str:
+    s = busy(mod)
+    inner_result: list[tuple[Any, ...]] = []
+
+    def call_inner() -> None:
+        try:
+            inner_result.append(outcome(lambda: inner(s)))
+        except RuntimeError as exc:
+            inner_result.append(("refused", str(exc)))
+
+    if via == "finalizer":
+
+        def hook() -> None:
+            Garbage(call_inner)
+            gc.collect(0)
+
+    else:
+        hook = call_inner
+    got = run_with_hook(outer, s, point, hook)
+    final = s.to_state()
+    if not inner_result:
+        assert (got, final) == alone
+        return "not run"
+    (inner_got,) = inner_result
+    if inner_got[0] == "refused":
+        assert mod is P, f"the Rust backend refused a re-entrant call: {inner_got}"
+        match = REENTERED.fullmatch(inner_got[1])
+        assert match is not None, inner_got[1]
+        # Refused: the scheduler is as if only the outer call had run.
+        assert (got, final) == alone
+        return "refused"
+    assert (inner_got, got, final) in serial_runs, point
+    return "before/after"
+
+
+@pytest.mark.parametrize("inner_name", sorted(INNER))
+@pytest.mark.parametrize("outer_name", sorted(OUTER))
+def test_a_reentrant_call_runs_whole_or_is_refused(
+    backend: ModuleType, outer_name: str, inner_name: str
+) -> None:
+    """At every point of every call, a signal handler's call into the same scheduler runs
+    whole before or after it, or (pure twin only) is refused and changes nothing."""
+    seen = check_points(backend, outer_name, inner_name, "handler")
+    assert "before/after" in seen
+    if backend is not P:
+        assert "refused" not in seen
+
+
+@pytest.mark.parametrize("outer_name", ["next_step", "abort_started", "to_state", "enqueue"])
+def test_a_finalizer_mid_call_never_corrupts(backend: ModuleType, outer_name: str) -> None:
+    """The issue's case: ``__del__`` of cyclic garbage, collected in the middle of a call,
+    aborts a request or plans a step on the same scheduler."""
+    for inner_name in ["abort_started", "abort_waiting", "next_step"]:
+        seen = check_points(backend, outer_name, inner_name, "finalizer")
+        # Every inner call here updates: the twin refuses it while the outer call runs its
+        # locked part; Rust runs it before or after.
+        assert "before/after" in seen
+        assert ("refused" in seen) == (backend is P), seen
+
+
+def test_the_issue_example(backend: ModuleType) -> None:
+    """A finalizer that aborts a started request while ``next_step`` plans: no chunk for the
+    aborted request after its abort, and ``to_state``/``next_step`` keep working."""
+    s = busy(backend)
+    refused: list[str] = []
+
+    def abort() -> None:
+        try:
+            s.abort(2)
+        except RuntimeError as exc:
+            refused.append(str(exc))
+
+    def collect() -> None:
+        Garbage(abort)
+        gc.collect(0)
+
+    # The collection runs while the argument is converted: before the call, on both.
+    step = s.next_step(Idx(1, collect))
+    assert 2 not in [c.request_id for c in step.chunks]
+    assert 2 not in s
+    assert refused == []
+    ref = busy(backend)
+    ref.abort(2)
+    assert step == ref.next_step(1)
+    assert s.to_state() == ref.to_state()
+    while not s.is_idle():
+        s.next_step(0)
+    assert backend.Scheduler.from_state(s.to_state()).to_state() == s.to_state()
+
+
+def test_index_calls_back_before_the_call(backend: ModuleType) -> None:
+    """An ``__index__`` that uses the scheduler runs before the call on both backends."""
+    s = busy(backend)
+    ref = busy(backend)
+    s.enqueue(Idx(20, lambda: s.next_step(1)), Idx(4, lambda: s.abort(3)), priority=Idx(-3))
+    ref.next_step(1)
+    ref.abort(3)
+    ref.enqueue(20, 4, priority=-3)
+    assert s.to_state() == ref.to_state()
+    step = s.next_step(Idx(0, lambda: s.enqueue(21, 2)))
+    ref.enqueue(21, 2)
+    assert step == ref.next_step(0)
+    state = s.abort(Idx(21, lambda: s.drain_completed()))
+    ref.drain_completed()
+    assert state.to_dict() == ref.abort(21).to_dict()
+    assert s.to_state() == ref.to_state()
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="needs SIGUSR1")
+def test_a_signal_handler_calling_the_scheduler(backend: ModuleType) -> None:
+    """A real signal handler, raised while the argument is converted: it runs before."""
+    s = busy(backend)
+    old = signal.signal(signal.SIGUSR1, lambda signum, frame: s.abort(2))
+    try:
+        step = s.next_step(Idx(1, lambda: signal.raise_signal(signal.SIGUSR1)))
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    ref = busy(backend)
+    ref.abort(2)
+    assert step == ref.next_step(1)
+    assert s.to_state() == ref.to_state()
+
+
+def test_an_escaping_exception_never_leaves_a_corrupt_scheduler(backend: ModuleType) -> None:
+    """A handler that lets its exception escape (say ``KeyboardInterrupt``, or a refused
+    call's ``RuntimeError``) into a running call: afterwards the scheduler is in a state a
+    serial run could reach, or (pure twin, cut mid-update) refuses every call."""
+    states = [
+        serial(backend, first, second)[2]
+        for first, second in [
+            (lambda s: None, lambda s: None),
+            (INNER["abort_started"], lambda s: None),
+            (OUTER["next_step"], lambda s: None),
+            (INNER["abort_started"], OUTER["next_step"]),
+            (OUTER["next_step"], INNER["abort_started"]),
+        ]
+    ]
+    broken = 0
+    s0 = busy(backend)
+    for point in points(lambda: OUTER["next_step"](s0)):
+        s = busy(backend)
+
+        def hook(s: Any = s) -> None:
+            s.abort(2)
+            raise KeyboardInterrupt
+
+        fire_at(point, hook)
+        try:
+            OUTER["next_step"](s)
+        except (KeyboardInterrupt, RuntimeError):
+            pass
+        finally:
+            sys.settrace(None)
+        try:
+            final = s.to_state()
+        except RuntimeError as exc:  # cut short mid-update
+            assert backend is P
+            assert str(exc) == msg("scheduler_broken", method="next_step")
+            for call in (s.next_step, s.__len__, s.drain_completed):
+                with pytest.raises(RuntimeError, match="the scheduler is unusable"):
+                    call()
+            broken += 1
+        else:
+            assert final in states, point
+    assert (broken > 0) == (backend is P)
 
 
 # --------------------------------------------------------------------------- PrefillChunkState
