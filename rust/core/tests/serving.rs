@@ -661,3 +661,128 @@ fn many_decodes_and_shared_prefix_prompts_run_to_completion() {
     assert!(s.num_cached_tokens() > 0);
     assert_eq!(s.num_free_blocks(), 16384);
 }
+
+mod state {
+    use super::*;
+    use chunked_prefill::ServingState;
+
+    /// A scheduler with a running request holding a shared, hashed prefix and a waiting one.
+    fn busy() -> ServingScheduler {
+        let mut s = sched(config(8));
+        add(&mut s, 1, toks(0, 12), 3);
+        step(&mut s, &[(1, 0, 8, vec![0, 1])]);
+        add(&mut s, 2, toks(0, 9), 2);
+        add(&mut s, 3, Prompt::Length(30), 1);
+        step(&mut s, &[(1, 8, 4, vec![2]), (2, 8, 1, vec![0, 1, 3])]);
+        s
+    }
+
+    #[test]
+    fn a_restored_scheduler_plans_the_same_steps() {
+        let mut s = busy();
+        let state = s.to_state().unwrap();
+        assert_eq!(state.requests.len(), 3);
+        assert_eq!(state.requests[1].block_table, [0, 1, 3]);
+        assert_eq!(state.requests[2].tokens, vec![None; 30]);
+        assert_eq!(state.free_queue, [4, 5, 6, 7]);
+        assert_eq!(
+            state.block_hashes.iter().map(|h| h.0).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+        let mut r = ServingScheduler::from_state(state.clone()).unwrap();
+        r.check_invariants().unwrap();
+        assert_eq!(r.to_state().unwrap(), state);
+        for _ in 0..6 {
+            let a = s.schedule().unwrap().clone();
+            let b = r.schedule().unwrap().clone();
+            assert_eq!(a, b);
+            s.update(&a, TokenIds::None, &[]).unwrap();
+            r.update(&b, TokenIds::None, &[]).unwrap();
+        }
+        assert_eq!(r.to_state().unwrap(), s.to_state().unwrap());
+        s.schedule().unwrap();
+        assert_eq!(
+            s.to_state(),
+            Err(CoreError::StateBatchPending { step_index: 8 })
+        );
+    }
+
+    fn refused(edit: impl FnOnce(&mut ServingState), path: &str, message: &str) {
+        let mut state = busy().to_state().unwrap();
+        edit(&mut state);
+        assert_eq!(
+            ServingScheduler::from_state(state).err(),
+            Some(CoreError::StateRule {
+                path: path.into(),
+                message: message.into()
+            })
+        );
+    }
+
+    #[test]
+    fn a_broken_state_is_refused_naming_the_path() {
+        refused(
+            |s| s.requests[1].request_id = 1,
+            "requests[1].request_id",
+            "request_id 1 appears twice",
+        );
+        refused(
+            |s| s.requests[1].block_table.pop().map(drop).unwrap(),
+            "requests[1].block_table",
+            "holds 2 blocks, not ceil(num_computed / block_size) = 3",
+        );
+        refused(
+            |s| s.requests[2].num_computed = 4,
+            "requests[2].num_computed",
+            "must be 0 for a waiting request, got 4",
+        );
+        refused(
+            |s| s.requests[0].num_computed = 13,
+            "requests[0].num_computed",
+            "must be less than num_tokens (13), got 13",
+        );
+        refused(
+            |s| s.requests[0].tokens[3] = None,
+            "requests[0].tokens",
+            "the prompt mixes token ids and None",
+        );
+        refused(
+            |s| s.requests[0].block_table[2] = 8,
+            "requests[0].block_table[2]",
+            "block 8 is not below num_blocks 8",
+        );
+        refused(
+            |s| s.free_queue.push(3),
+            "free_queue[4]",
+            "block 3 is held by a request",
+        );
+        refused(
+            |s| s.free_queue[1] = 4,
+            "free_queue[1]",
+            "block 4 is queued twice",
+        );
+        refused(
+            |s| {
+                s.free_queue.pop();
+            },
+            "free_queue",
+            "1 blocks are neither free nor held",
+        );
+        refused(
+            |s| s.block_hashes.swap(0, 1),
+            "block_hashes[1]",
+            "block ids must be strictly increasing",
+        );
+        refused(
+            |s| s.block_hashes[1].1 = s.block_hashes[0].1,
+            "block_hashes[1]",
+            "hash already registered for another block",
+        );
+        let mut state = busy().to_state().unwrap();
+        state.step_index = u128::MAX;
+        assert!(matches!(
+            ServingScheduler::from_state(state),
+            Err(CoreError::CounterTooLarge { .. })
+        ));
+    }
+}

@@ -4,7 +4,7 @@
 //! held, never both, with ref counts equal to its holders; tables sized as specified; steps
 //! within the budget, the chunk size and the prefill cap; `num_computed` moving only forward
 //! except on preemption, which frees all of a request's blocks; refused calls changing
-//! nothing; and, once arrivals stop, every request finishing within a bounded number of steps.
+//! nothing; exports that restore to the same scheduler; and, once arrivals stop, every request finishing within a bounded number of steps.
 //!
 //! `PROPTEST_CASES` sets the number of cases (default 256).
 
@@ -36,6 +36,8 @@ enum Op {
         stale: bool,
     },
     Abort(u64),
+    /// Replace the scheduler by `from_state(to_state())` (refused while a batch is pending).
+    Restore,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -61,6 +63,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (0..3_u8, prop::collection::vec(0..10_u64, 0..3), prop::bool::weighted(0.05))
             .prop_map(|(tokens, finished, stale)| Op::Update { tokens, finished, stale }),
         1 => (0..10_u64).prop_map(Op::Abort),
+        1 => Just(Op::Restore),
     ]
 }
 
@@ -210,6 +213,18 @@ fn run(cfg: ServingConfig, ops: Vec<Op>) {
                 }
             }
             Op::Abort(id) => s.abort(id).is_err(),
+            Op::Restore => match s.to_state() {
+                Ok(state) => {
+                    let restored = ServingScheduler::from_state(state.clone()).unwrap();
+                    assert_eq!(restored.to_state().unwrap(), state);
+                    s = restored;
+                    false
+                }
+                Err(err) => {
+                    assert!(matches!(err, CoreError::StateBatchPending { .. }));
+                    true
+                }
+            },
         };
         if refused {
             assert_eq!(snapshot(&s), before);

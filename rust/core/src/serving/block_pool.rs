@@ -155,6 +155,47 @@ impl BlockPool {
         true
     }
 
+    /// The free queue, head first.
+    pub(crate) fn free_queue(&self) -> impl Iterator<Item = usize> + '_ {
+        self.walk(self.front.head)
+            .chain(self.fresh..self.num_blocks)
+            .chain(self.walk(self.back.head))
+    }
+
+    /// Every block with a hash, by id.
+    pub(crate) fn hashes(&self) -> impl Iterator<Item = (usize, BlockHash)> + '_ {
+        (self.blocks.iter().enumerate()).filter_map(|(id, b)| b.hash.map(|hash| (id, hash)))
+    }
+
+    /// A pool rebuilt from an export: `held[id]` owners per block (touched for all ids), the
+    /// free queue head first, and the registered hashes. The caller has checked that they are
+    /// consistent.
+    pub(crate) fn restore(
+        held: &[usize],
+        free_queue: &[usize],
+        hashes: &[(usize, BlockHash)],
+    ) -> Self {
+        let mut pool = Self::new(held.len());
+        pool.blocks = held
+            .iter()
+            .map(|&ref_count| Block {
+                ref_count,
+                hash: None,
+                prev: NIL,
+                next: NIL,
+                in_back: false,
+            })
+            .collect();
+        pool.fresh = held.len();
+        for &(id, hash) in hashes {
+            pool.register(id, hash);
+        }
+        for &id in free_queue {
+            pool.push_back(id);
+        }
+        pool
+    }
+
     fn walk(&self, head: usize) -> impl Iterator<Item = usize> + '_ {
         std::iter::successors((head != NIL).then_some(head), move |&id| {
             let next = self.blocks[id].next;

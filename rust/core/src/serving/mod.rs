@@ -23,9 +23,11 @@ mod config;
 mod hash;
 mod request;
 mod scheduler;
+mod state;
 
 pub use batch::{Batch, BatchItem};
 pub use config::ServingConfig;
 pub use hash::{block_hash, root_hash, BlockHash};
 pub use request::{Prompt, RequestState, RequestView};
 pub use scheduler::{ServingScheduler, TokenIds};
+pub use state::{RequestRecord, ServingState};

@@ -190,6 +190,16 @@ impl Request {
         from_prompt.iter().copied().chain(generated).take(len)
     }
 
+    /// Prompt and generated tokens, `None` where unknown (for the state export).
+    pub(crate) fn tokens(&self) -> Vec<Option<u32>> {
+        let mut tokens = match &self.prompt {
+            PromptIds::Known(ids) => ids.iter().map(|&id| Some(id)).collect(),
+            PromptIds::Unknown(len) => vec![None; *len as usize],
+        };
+        tokens.extend_from_slice(&self.generated);
+        tokens
+    }
+
     pub(crate) fn view(&self) -> RequestView {
         RequestView {
             request_id: self.id,

@@ -43,8 +43,8 @@ struct Room {
 pub struct ServingScheduler {
     config: ServingConfig,
     watermark_blocks: usize,
-    pool: BlockPool,
-    requests: HashMap<u64, Request, DefaultHashBuilder>,
+    pub(super) pool: BlockPool,
+    pub(super) requests: HashMap<u64, Request, DefaultHashBuilder>,
     /// Running requests sorted by rank.
     running: Vec<Rank>,
     /// Waiting requests; an entry is live while its id is tracked, waiting, with that seq.
@@ -753,6 +753,32 @@ impl ServingScheduler {
                 self.finished_out.push(id);
             }
         }
+    }
+
+    /// Install restored requests (seq order), pool and counters into a new scheduler.
+    pub(super) fn restore(
+        &mut self,
+        requests: impl Iterator<Item = Request>,
+        pool: BlockPool,
+        [step_index, num_preemptions, num_cached_tokens]: [u128; 3],
+    ) {
+        for request in requests {
+            let rank = request.rank();
+            match request.state {
+                RequestState::Running => self.running.push(rank),
+                RequestState::Waiting => {
+                    self.waiting.push(Reverse(rank));
+                    self.num_waiting += 1;
+                }
+            }
+            self.next_seq = rank.1.wrapping_add(1);
+            self.requests.insert(rank.2, request);
+        }
+        self.running.sort_unstable();
+        self.pool = pool;
+        self.step_index = step_index;
+        self.num_preemptions = num_preemptions;
+        self.num_cached_tokens = num_cached_tokens;
     }
 
     // ------------------------------------------------------------------ checks
