@@ -476,15 +476,21 @@ fn every_batch_awaits_its_update_and_refused_updates_change_nothing() {
                 step_index: 1,
             },
         ),
+        // A repeat anywhere is found before an untracked id (as the twin's test pins).
         (
             TokenIds::None,
             &[2, 9, 2],
-            CoreError::UnknownRequest { request_id: 9 },
+            CoreError::FinishedDuplicate { request_id: 2 },
         ),
         (
             TokenIds::None,
             &[2, 2, 9],
             CoreError::FinishedDuplicate { request_id: 2 },
+        ),
+        (
+            TokenIds::None,
+            &[2, 9],
+            CoreError::UnknownRequest { request_id: 9 },
         ),
     ] {
         let got = if matches!(err, CoreError::BatchStale { .. }) {

@@ -587,8 +587,8 @@ impl ServingScheduler {
     ///
     /// Checked before any change, in this order: [`CoreError::BatchNotPending`],
     /// [`CoreError::BatchStale`], [`CoreError::TokenIdsLength`] or
-    /// [`CoreError::TokenIdsNotSampled`], then per entry of `finished`
-    /// [`CoreError::FinishedDuplicate`] and [`CoreError::UnknownRequest`].
+    /// [`CoreError::TokenIdsNotSampled`], then [`CoreError::FinishedDuplicate`] for the first
+    /// repeat in `finished`, then [`CoreError::UnknownRequest`] for its first untracked id.
     pub fn update(
         &mut self,
         batch: &Batch,
@@ -678,13 +678,15 @@ impl ServingScheduler {
                 }
             }
         }
+        // Every repeat before any unknown id: a repeat is a fault of the argument alone (as
+        // the twin finds it while converting `finished`), an unknown id one of the state.
         for &request_id in finished {
             if !self.finished_set.insert(request_id) {
                 return Err(CoreError::FinishedDuplicate { request_id });
             }
-            if !self.requests.contains_key(&request_id) {
-                return Err(CoreError::UnknownRequest { request_id });
-            }
+        }
+        if let Some(&request_id) = finished.iter().find(|id| !self.requests.contains_key(id)) {
+            return Err(CoreError::UnknownRequest { request_id });
         }
         Ok(())
     }
