@@ -75,6 +75,11 @@ fn blocks_for(tokens: u128, block_size: usize) -> usize {
     usize::try_from(tokens.div_ceil(block_size as u128)).unwrap_or(usize::MAX)
 }
 
+/// The tokens `blocks` full blocks hold (in u128: a count of huge blocks can pass `usize`).
+fn tokens_in(blocks: usize, block_size: usize) -> u128 {
+    blocks as u128 * block_size as u128
+}
+
 /// `min(left, chunk_size, budget left)`.
 fn chunk(left: u128, chunk_size: usize, budget: usize) -> usize {
     let cap = chunk_size.min(budget);
@@ -352,7 +357,7 @@ impl ServingScheduler {
             let id = self.running[at].2;
             let request = &self.requests[&id];
             if request.left() == 1 {
-                let needs = request.num_computed == (block_size * request.table.len()) as u128;
+                let needs = request.num_computed == tokens_in(request.table.len(), block_size);
                 if !self.make_room(id, usize::from(needs), room) {
                     break; // it was the worst-ranked: nothing follows it
                 }
@@ -444,7 +449,7 @@ impl ServingScheduler {
 
             self.waiting.pop();
             self.num_waiting -= 1;
-            let cached = (hits.len() * block_size) as u128;
+            let cached = tokens_in(hits.len(), block_size);
             for &hit in &hits {
                 self.pool.take_hit(hit);
             }
@@ -542,7 +547,7 @@ impl ServingScheduler {
             is_prefill,
             samples: start + tokens as u128 == request.num_tokens(),
             new_blocks,
-            cached_tokens: (hits.len() * self.config.block_size) as u128,
+            cached_tokens: tokens_in(hits.len(), self.config.block_size),
         });
     }
 
