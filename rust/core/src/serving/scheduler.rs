@@ -80,6 +80,24 @@ fn tokens_in(blocks: usize, block_size: usize) -> u128 {
     blocks as u128 * block_size as u128
 }
 
+/// The longest chain of cached full blocks of `request`, leaving at least one token to
+/// compute, into `hits`.
+fn cached_prefix(
+    pool: &BlockPool,
+    request: &mut Request,
+    block_size: usize,
+    hits: &mut Vec<usize>,
+) {
+    let most =
+        usize::try_from((request.num_tokens() - 1) / block_size as u128).unwrap_or(usize::MAX);
+    for block in 0..request.chain(most, block_size) {
+        match pool.lookup(&request.hash(block)) {
+            Some(hit) => hits.push(hit),
+            None => break,
+        }
+    }
+}
+
 /// `min(left, chunk_size, budget left)`.
 fn chunk(left: u128, chunk_size: usize, budget: usize) -> usize {
     let cap = chunk_size.min(budget);
@@ -425,18 +443,11 @@ impl ServingScheduler {
             let mut hits = std::mem::take(&mut self.hits);
             hits.clear();
             let Some(request) = self.requests.get_mut(&id) else {
+                self.hits = hits;
                 break;
             };
-            // Its longest chain of cached full blocks, leaving at least one token to compute.
             if self.config.prefix_caching {
-                let most = usize::try_from((request.num_tokens() - 1) / block_size as u128)
-                    .unwrap_or(usize::MAX);
-                for block in 0..request.chain(most, block_size) {
-                    match self.pool.lookup(&request.hash(block)) {
-                        Some(hit) => hits.push(hit),
-                        None => break,
-                    }
-                }
+                cached_prefix(&self.pool, request, block_size, &mut hits);
             }
             let free_hits = hits.iter().filter(|&&b| self.pool.ref_count(b) == 0);
             let free = (self.pool.num_free() - free_hits.count()) as u128;
