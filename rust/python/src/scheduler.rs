@@ -20,6 +20,11 @@ use crate::values::PyStep;
 /// them. Each ``next_step`` plans one engine step and advances the scheduled requests at
 /// once; the caller does not report completion back. Calls from several threads are
 /// serialised by an internal lock.
+///
+/// Arguments are converted before the lock is taken and no Python code runs while it is
+/// held, so a finalizer, signal handler or ``__index__`` that calls back into this scheduler
+/// during a call runs its own call whole, before or after that one. (The pure twin may
+/// refuse such a call with ``RuntimeError`` instead; see ``chunked_prefill.pure.Scheduler``.)
 #[pyclass(name = "Scheduler", module = "chunked_prefill._core", frozen)]
 pub(crate) struct PyScheduler {
     inner: Mutex<ChunkedPrefillScheduler>,
@@ -114,7 +119,7 @@ impl PyScheduler {
     fn abort(&self, request_id: &Bound<'_, PyAny>) -> PyResult<PyPrefillChunkState> {
         let request_id = to_u64("request_id", request_id)?;
         let inner = self.lock()?.abort(request_id).map_err(core_err)?;
-        Ok(PyPrefillChunkState { inner })
+        Ok(PyPrefillChunkState::wrap(inner))
     }
 
     /// A copy of ``request_id``'s progress; ``KeyError`` if it is not tracked.
@@ -122,7 +127,7 @@ impl PyScheduler {
         let request_id = to_u64("request_id", request_id)?;
         let found = self.lock()?.state(request_id).cloned();
         found
-            .map(|inner| PyPrefillChunkState { inner })
+            .map(PyPrefillChunkState::wrap)
             .ok_or_else(|| core_err(CoreError::UnknownRequest { request_id }))
     }
 

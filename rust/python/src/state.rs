@@ -1,8 +1,11 @@
 //! `PrefillChunkState`: one request's progress through prefill.
 
+use std::sync::{Mutex, MutexGuard};
+
 use chunked_prefill::PrefillChunkState;
+use pyo3::basic::CompareOp;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyTuple};
 
 use crate::config::PyConfig;
 use crate::convert::{
@@ -27,10 +30,38 @@ pub(crate) fn state_dict<'py>(
 /// ``processed_tokens`` is the position in the prompt up to which the KV cache is filled:
 /// it starts at ``cached_tokens`` (or ``total_tokens - 1`` when the whole prompt is cached,
 /// since the last token's logits are still needed) and reaches ``total_tokens``.
-#[pyclass(name = "PrefillChunkState", module = "chunked_prefill._core", eq)]
-#[derive(Clone, PartialEq)]
+///
+/// ``advance`` is atomic: calls from several threads never lose an update.
+// Frozen, with the one mutable value behind a lock instead of a `RefCell` borrow: a
+// `&mut self` method would hold its borrow while converting an argument (which may run a
+// user's `__index__`), so another thread, or that `__index__` itself, reading the same state
+// would hit "Already borrowed". Arguments are converted before the lock is taken, and the
+// lock is never held while Python code runs, so no call order can deadlock or fail.
+#[pyclass(name = "PrefillChunkState", module = "chunked_prefill._core", frozen)]
 pub(crate) struct PyPrefillChunkState {
-    pub(crate) inner: PrefillChunkState,
+    inner: Mutex<PrefillChunkState>,
+}
+
+impl PyPrefillChunkState {
+    /// A Python state holding `inner`.
+    pub(crate) fn wrap(inner: PrefillChunkState) -> Self {
+        Self {
+            inner: Mutex::new(inner),
+        }
+    }
+
+    /// The state, locked. Nothing under this lock can panic (the core's `advance` is plain
+    /// saturating arithmetic), so a poisoned lock still holds a whole state: take it.
+    fn lock(&self) -> MutexGuard<'_, PrefillChunkState> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A copy of the state as it is now.
+    fn snapshot(&self) -> PrefillChunkState {
+        self.lock().clone()
+    }
 }
 
 #[pymethods]
@@ -69,66 +100,70 @@ impl PyPrefillChunkState {
             }
         }
         .map_err(core_err)?;
-        Ok(Self { inner })
+        Ok(Self::wrap(inner))
     }
 
     /// The caller's id of the request.
     #[getter]
     fn request_id(&self) -> u64 {
-        self.inner.request_id
+        self.lock().request_id
     }
 
     /// Prompt length in tokens.
     #[getter]
     fn total_tokens(&self) -> usize {
-        self.inner.total_tokens
+        self.lock().total_tokens
     }
 
     /// Prompt position up to which prefill is done (cached prefix included).
     #[getter]
     fn processed_tokens(&self) -> usize {
-        self.inner.processed_tokens
+        self.lock().processed_tokens
     }
 
     /// Whether the whole prompt is prefilled.
     #[getter]
     fn is_complete(&self) -> bool {
-        self.inner.is_complete
+        self.lock().is_complete
     }
 
     /// Prompt tokens the engine's prefix cache already held at enqueue.
     #[getter]
     fn cached_tokens(&self) -> usize {
-        self.inner.cached_tokens
+        self.lock().cached_tokens
     }
 
     /// Scheduling priority: lower values start first.
     #[getter]
     fn priority(&self) -> i64 {
-        self.inner.priority
+        self.lock().priority
     }
 
-    /// Advance by ``n`` tokens, clamped to ``total_tokens``.
-    fn advance(&mut self, n: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// Advance by ``n`` tokens, clamped to ``total_tokens``, atomically.
+    ///
+    /// ``n`` is converted first (its ``__index__`` may run Python code, even code that uses
+    /// this state); the update itself runs no Python code, so concurrent calls never lose
+    /// an update.
+    fn advance(&self, n: &Bound<'_, PyAny>) -> PyResult<()> {
         let n = to_usize("n", n)?;
-        self.inner.advance(n);
+        self.lock().advance(n);
         Ok(())
     }
 
     /// Prompt tokens still to prefill.
     fn remaining(&self) -> usize {
-        self.inner.remaining()
+        self.lock().remaining()
     }
 
     /// ``processed_tokens / total_tokens`` as a float in ``0.0..=1.0``.
     fn progress(&self) -> f64 {
-        self.inner.progress()
+        self.lock().progress()
     }
 
     /// Size of the next chunk under ``config``: ``min(remaining(), chunk_size)``.
     fn next_chunk_size(&self, config: &Bound<'_, PyAny>) -> PyResult<usize> {
         match config.cast::<PyConfig>() {
-            Ok(config) => Ok(self.inner.next_chunk_size(&config.get().inner)),
+            Ok(config) => Ok(self.lock().next_chunk_size(&config.get().inner)),
             Err(_) => {
                 slow_check("reject_config", "config", config)?;
                 Ok(0)
@@ -138,12 +173,12 @@ impl PyPrefillChunkState {
 
     /// The fields as plain values (the form of ``Scheduler.to_state()['requests']``).
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        state_dict(py, &self.inner)
+        state_dict(py, &self.snapshot())
     }
 
     fn __reduce__<'py>(slf: &Bound<'py, Self>) -> Reduced<'py> {
         let py = slf.py();
-        let s = &slf.borrow().inner;
+        let s = slf.get().snapshot();
         let kwargs = PyDict::new(py);
         kwargs.set_item("cached_tokens", s.cached_tokens)?;
         kwargs.set_item("priority", s.priority)?;
@@ -153,15 +188,38 @@ impl PyPrefillChunkState {
     }
 
     fn __copy__(&self) -> Self {
-        self.clone()
+        Self::wrap(self.snapshot())
     }
 
     fn __deepcopy__(&self, _memo: &Bound<'_, PyAny>) -> Self {
-        self.clone()
+        self.__copy__()
+    }
+
+    /// Equal when every field is; states are mutable, so they are not hashable.
+    fn __richcmp__<'py>(
+        &self,
+        other: &Bound<'py, PyAny>,
+        op: CompareOp,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = other.py();
+        let not_implemented = || Ok(py.NotImplemented().into_bound(py));
+        let Ok(other) = other.cast::<Self>() else {
+            return not_implemented();
+        };
+        // One snapshot at a time: `other` may be this very state, and the lock is not
+        // reentrant.
+        let mine = self.snapshot();
+        let equal = mine == other.get().snapshot();
+        let result = match op {
+            CompareOp::Eq => equal,
+            CompareOp::Ne => !equal,
+            _ => return not_implemented(),
+        };
+        Ok(PyBool::new(py, result).to_owned().into_any())
     }
 
     fn __repr__(&self) -> String {
-        let s = &self.inner;
+        let s = self.snapshot();
         format!(
             "PrefillChunkState(request_id={}, total_tokens={}, processed_tokens={}, \
              is_complete={}, cached_tokens={}, priority={})",

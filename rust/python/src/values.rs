@@ -95,6 +95,9 @@ impl PyChunk {
 /// The engine runs every chunk in ``chunks`` (in order) and ``decode_tokens`` decode
 /// tokens, one for each of that many decoding requests. ``prefill_request_id``,
 /// ``prefill_start`` and ``is_last_chunk`` describe the first chunk, as the original did.
+///
+/// ``chunks`` may be any iterable of ``Chunk``; it is drawn once, item by item, and the first
+/// item that is not a ``Chunk`` is refused before the next is drawn.
 #[pyclass(name = "Step", module = "chunked_prefill._core", frozen, eq, hash)]
 #[derive(PartialEq, Eq, Hash)]
 pub(crate) struct PyStep {
