@@ -4,7 +4,7 @@
 //! rejected (with the shared table's message) the same way wherever it is passed.
 
 use chunked_prefill::CoreError;
-use pyo3::exceptions::{PyKeyError, PyOverflowError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyTuple, PyType};
 
@@ -68,6 +68,26 @@ pub(crate) fn to_u64(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<u64> {
         }
     }
     slow_check("as_u64", name, obj)?.extract()
+}
+
+/// `obj` as the id `__contains__` looks up: `None` for a value that is not a valid id (so
+/// not tracked: `TypeError`, `ValueError` and `OverflowError` of the check); any other error,
+/// say from a user's `__index__`, propagates, as it does from the pure twin.
+pub(crate) fn lookup_id(obj: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+    match to_u64("request_id", obj) {
+        Ok(id) => Ok(Some(id)),
+        Err(err) => {
+            let py = obj.py();
+            let invalid = err.is_instance_of::<PyTypeError>(py)
+                || err.is_instance_of::<PyValueError>(py)
+                || err.is_instance_of::<PyOverflowError>(py);
+            if invalid {
+                Ok(None)
+            } else {
+                Err(err)
+            }
+        }
+    }
 }
 
 /// `obj` as a token count (`to_u64`, then bounded by this platform's `usize`).

@@ -7,11 +7,11 @@ use std::sync::{Mutex, MutexGuard};
 
 use chunked_prefill::serving::{Batch, ServingScheduler};
 use chunked_prefill::CoreError;
-use pyo3::exceptions::{PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyType};
 
-use crate::convert::{core_err, counter, i64_or, to_u64, type_error, Arg};
+use crate::convert::{core_err, counter, i64_or, lookup_id, to_u64, type_error, Arg};
 use crate::serving_args::{to_ids, to_prompt, to_tokens};
 use crate::serving_config::PyServingConfig;
 use crate::serving_state;
@@ -261,21 +261,9 @@ impl PyServingScheduler {
     }
 
     fn __contains__(&self, request_id: &Bound<'_, PyAny>) -> PyResult<bool> {
-        // Not a valid id: not tracked. Any other error (say, from a user's `__index__`)
-        // propagates, as it does from the pure twin.
-        match to_u64("request_id", request_id) {
-            Ok(id) => Ok(self.lock()?.contains(id)),
-            Err(err) => {
-                let py = request_id.py();
-                let invalid = err.is_instance_of::<PyTypeError>(py)
-                    || err.is_instance_of::<PyValueError>(py)
-                    || err.is_instance_of::<PyOverflowError>(py);
-                if invalid {
-                    Ok(false)
-                } else {
-                    Err(err)
-                }
-            }
+        match lookup_id(request_id)? {
+            Some(id) => Ok(self.lock()?.contains(id)),
+            None => Ok(false),
         }
     }
 
