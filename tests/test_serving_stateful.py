@@ -189,20 +189,37 @@ class ServingMachine(RuleBasedStateMachine):
         if r is None and isinstance(request_id, int) and request_id in self.rust:
             self.ids.append(request_id)
 
+    @precondition(lambda self: self.pending is None)
     @rule(
         prompts=st.lists(
-            st.one_of(token_lists.filter(bool), st.integers(1, 8)), min_size=2, max_size=4
+            st.one_of(st.integers(1, 6), st.lists(st.integers(0, 3), min_size=1, max_size=6)),
+            min_size=2,
+            max_size=5,
         ),
         max_new_tokens=st.integers(4, 12),
+        steps=st.integers(0, 8),
     )
-    def add_many(self, prompts: list[Any], max_new_tokens: int) -> None:
-        """Several valid requests at once, sharing prefixes and generating long enough to
-        outgrow a small pool: the source of cache hits and preemptions."""
+    def add_many(self, prompts: list[Any], max_new_tokens: int, steps: int) -> None:
+        """Several short valid requests at once, then whole steps while they generate long
+        enough to outgrow a small pool together: the source of preemptions."""
         for prompt in prompts:
             request_id = next((i for i in range(13) if i not in self.rust), None)
             if request_id is None:
-                return
+                break
             self.add(request_id, prompt, max_new_tokens, 0, 0)
+        self.steps(steps)
+
+    @precondition(lambda self: self.pending is None)
+    @rule(prefix=st.sampled_from(PREFIXES), tails=st.lists(token_lists, min_size=2, max_size=3))
+    def add_sharing(self, prefix: list[int], tails: list[list[int]]) -> None:
+        """Requests with one prefix, a step apart, so that each later one can find the
+        earlier ones' computed prefix blocks in the cache: the source of cache hits."""
+        for tail in tails:
+            request_id = next((i for i in range(13) if i not in self.rust), None)
+            if request_id is None:
+                return
+            self.add(request_id, prefix + tail[:4], 4, 0, 0)
+            self.steps(1)
 
     @precondition(lambda self: self.pending is None)
     @rule()
