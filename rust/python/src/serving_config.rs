@@ -155,14 +155,15 @@ impl PyServingConfig {
         prefix_caching: Arg<'_>,
         unexpected: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
+        // Python's order: a missing argument is refused before the body sees the others.
+        let Some(num_blocks) = &num_blocks.0 else {
+            return Err(PyTypeError::new_err(
+                "ServingConfig.__new__() missing 1 required keyword-only argument: 'num_blocks'",
+            ));
+        };
         if let Some((name, _)) = unexpected.and_then(|extra| extra.iter().next()) {
             return Err(unexpected_keyword("ServingConfig", &name));
         }
-        let Some(num_blocks) = &num_blocks.0 else {
-            return Err(PyTypeError::new_err(
-                "ServingConfig() missing 1 required keyword-only argument: 'num_blocks'",
-            ));
-        };
         let d = ServingConfig::new(to_usize("num_blocks", num_blocks)?);
         let inner = ServingConfig {
             num_blocks: d.num_blocks,
