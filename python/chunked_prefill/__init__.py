@@ -2,7 +2,8 @@
 
 The top-level names come from the Rust extension (``chunked_prefill._core``) unless the
 environment variable ``CHUNKED_PREFILL_BACKEND`` is ``pure``, which selects the
-pure-Python twin (``chunked_prefill.pure``). ``BACKEND`` says which one is in use.
+pure-Python twin (``chunked_prefill.pure`` and ``chunked_prefill.pure_serving``).
+``BACKEND`` says which one is in use.
 """
 
 from __future__ import annotations
@@ -16,10 +17,15 @@ if _requested == "rust":
         I64_MIN,
         STATE_VERSION,
         U64_MAX,
+        Batch,
+        BatchItem,
         Chunk,
         Config,
         PrefillChunkState,
+        RequestView,
         Scheduler,
+        ServingConfig,
+        ServingScheduler,
         Step,
         __version__,
     )
@@ -35,6 +41,13 @@ elif _requested == "pure":
         Scheduler,
         Step,
         __version__,
+    )
+    from .pure_serving import (  # type: ignore[assignment]
+        Batch,
+        BatchItem,
+        RequestView,
+        ServingConfig,
+        ServingScheduler,
     )
 else:
     _given = os.environ["CHUNKED_PREFILL_BACKEND"]
@@ -54,13 +67,18 @@ __all__ = [
     "I64_MIN",
     "STATE_VERSION",
     "U64_MAX",
+    "Batch",
+    "BatchItem",
     "Chunk",
     "ChunkedPrefillConfig",
     "ChunkedPrefillScheduler",
     "ChunkedStep",
     "Config",
     "PrefillChunkState",
+    "RequestView",
     "Scheduler",
+    "ServingConfig",
+    "ServingScheduler",
     "Step",
     "__version__",
 ]
