@@ -9,9 +9,11 @@ tests and the baseline of the benchmarks. No Rust is involved.
 from __future__ import annotations
 
 import heapq
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
+from types import FrameType
 from typing import Any
 
 from . import _state
@@ -296,6 +298,9 @@ class Step:
     The engine runs every chunk in ``chunks`` (in order) and ``decode_tokens`` decode
     tokens, one for each of that many decoding requests. ``prefill_request_id``,
     ``prefill_start`` and ``is_last_chunk`` describe the first chunk, as the original did.
+
+    ``chunks`` may be any iterable of ``Chunk``; it is drawn once, item by item, and the first
+    item that is not a ``Chunk`` is refused before the next is drawn.
     """
 
     __slots__ = ("_chunks", "_decode_tokens", "_prefill_tokens", "_step_index")
@@ -307,14 +312,17 @@ class Step:
     def __new__(cls, *, step_index: int, decode_tokens: int, chunks: Iterable[Chunk] = ()) -> Step:
         index = as_u128("step_index", step_index)
         decode = as_u64("decode_tokens", decode_tokens)
-        items = tuple(chunks)
-        for chunk in items:
+        # Item by item, as the binding does: the first item that is not a Chunk is refused
+        # before the next is drawn, so an endless iterator of anything else fails at once.
+        items = []
+        for chunk in chunks:
             if not isinstance(chunk, Chunk):
                 raise type_error("not_chunk", "chunks", chunk)
-        total = sum(c.tokens for c in items)
+            items.append(chunk)
+        total = sum(c._tokens for c in items)
         if total > U64_MAX:
             raise OverflowError(message("above_u64", name="prefill_tokens", value=total))
-        return _new_step(index, decode, items, total)
+        return _new_step(index, decode, tuple(items), total)
 
     @property
     def step_index(self) -> int:
@@ -398,6 +406,13 @@ def _new_step(step_index: int, decode_tokens: int, chunks: tuple[Chunk, ...], to
     return step
 
 
+# `PrefillChunkState.advance` is a read-modify-write: one lock for all states makes it atomic
+# (the section is a few integer operations, so sharing it costs nothing), and the ids of the
+# states whose update is running let a same-thread re-entry be refused, not interleaved.
+_ADVANCE_LOCK = threading.RLock()
+_ADVANCING: set[int] = set()
+
+
 def _prefill_start(total_tokens: int, cached_tokens: int) -> int:
     """Where prefill starts: after the cached prefix, but the last token is always computed."""
     return total_tokens - 1 if cached_tokens >= total_tokens else cached_tokens
@@ -409,6 +424,8 @@ class PrefillChunkState:
     ``processed_tokens`` is the position in the prompt up to which the KV cache is filled:
     it starts at ``cached_tokens`` (or ``total_tokens - 1`` when the whole prompt is cached,
     since the last token's logits are still needed) and reaches ``total_tokens``.
+
+    ``advance`` is atomic: calls from several threads never lose an update.
     """
 
     __slots__ = ("_cached", "_priority", "_processed", "_request_id", "_total")
@@ -484,9 +501,25 @@ class PrefillChunkState:
         return self._priority
 
     def advance(self, n: int) -> None:
-        """Advance by ``n`` tokens, clamped to ``total_tokens``."""
+        """Advance by ``n`` tokens, clamped to ``total_tokens``, atomically.
+
+        ``n`` is converted first (its ``__index__`` may run any code, even code that uses
+        this state), then the update runs under a lock, so concurrent calls never lose an
+        update. A finalizer or signal handler that calls ``advance`` on this same state while
+        the update is running (on the same thread) is refused with ``RuntimeError``, leaving
+        the state unchanged; the Rust backend runs no Python code during its update, so there
+        such a call simply runs before or after it.
+        """
         step = as_u64("n", n)
-        self._processed = min(self._processed + step, self._total)
+        key = id(self)
+        with _ADVANCE_LOCK:
+            if key in _ADVANCING:
+                raise RuntimeError(message("state_reentered"))
+            _ADVANCING.add(key)
+            try:
+                self._processed = min(self._processed + step, self._total)
+            finally:
+                _ADVANCING.discard(key)
 
     def remaining(self) -> int:
         """Prompt tokens still to prefill."""
@@ -547,9 +580,10 @@ class PrefillChunkState:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
+        processed = self._processed  # read once: another thread may advance meanwhile
         return (
             f"PrefillChunkState(request_id={self._request_id}, total_tokens={self._total},"
-            f" processed_tokens={self._processed}, is_complete={self.is_complete},"
+            f" processed_tokens={processed}, is_complete={processed >= self._total},"
             f" cached_tokens={self._cached}, priority={self._priority})"
         )
 
@@ -579,20 +613,37 @@ def _check_prompt(total: int, cached: int) -> None:
         raise ValueError(message("cached_exceeds_total", total_tokens=total, cached_tokens=cached))
 
 
+# The Scheduler calls that change it: a same-thread re-entry is refused if either call is one.
+_UPDATES = frozenset({"enqueue", "next_step", "abort", "drain_completed"})
+
+
 class Scheduler:
     """Plans engine steps: splits prompts into chunks and counts decode tokens.
 
     Requests are tracked from :meth:`enqueue` until :meth:`drain_completed` (or
     :meth:`abort`) removes them. Each :meth:`next_step` plans one engine step and advances
     the scheduled requests at once; the caller does not report completion back.
+
+    Calls from several threads are serialised by an internal lock. Arguments are converted
+    before the lock is taken, so an ``__index__`` that calls back into this scheduler runs
+    its call whole before this one, as on the Rust backend. A call made by a finalizer, a
+    ``gc`` callback or a signal handler that runs while another call of this scheduler holds
+    the lock on the same thread is refused with ``RuntimeError`` and changes nothing, unless
+    both calls only read; the Rust backend never runs Python code while it holds its lock,
+    so there the same call runs whole before or after the interrupted one. If an exception
+    (say, ``KeyboardInterrupt`` from a signal handler) interrupts an update half done, the
+    scheduler refuses every later call with ``RuntimeError`` rather than plan from a corrupt
+    state.
     """
 
     __slots__ = (
+        "_call",
         "_chunks",
         "_completed",
         "_config",
         "_incomplete",
         "_lock",
+        "_mutating",
         "_priorities",
         "_running",
         "_states",
@@ -616,7 +667,13 @@ class Scheduler:
     _step: int
     _chunks: int
     _tokens: int
+    # Every call runs holding `_lock`; `_call` names the call running and its frame (so a
+    # same-thread re-entry, which the reentrant lock lets in, can be recognised), and
+    # `_mutating` names the update in progress: still set after it returns only if an
+    # exception cut it short.
     _lock: threading.RLock
+    _call: tuple[str, FrameType] | None
+    _mutating: str | None
 
     def __new__(cls, config: Config | None = None) -> Scheduler:
         self = object.__new__(cls)
@@ -635,7 +692,32 @@ class Scheduler:
         self._chunks = 0
         self._tokens = 0
         self._lock = threading.RLock()
+        self._call = None
+        self._mutating = None
         return self
+
+    def _enter(self, name: str) -> tuple[str, FrameType] | None:
+        """Mark the call ``name`` as running and return the call it interrupts, if any.
+
+        Holding the lock, so a call found running is on this thread: a finalizer or signal
+        handler interrupted it. Refuse ``name`` unless both only read, since an update would
+        break the running call's loops and a read would see its half-done update. A marker
+        whose call is no longer on the stack was left by an exception (a signal handler's
+        can land on any line) that cut a call short outside its ``try``: nothing runs then.
+        """
+        running = self._call
+        if running is not None:
+            frame: FrameType | None = sys._getframe(1)
+            while frame is not None and frame is not running[1]:
+                frame = frame.f_back
+            if frame is None:
+                running = None
+            elif name in _UPDATES or running[0] in _UPDATES:
+                raise RuntimeError(message("reentered", method=name, running=running[0]))
+        if self._mutating is not None:
+            raise RuntimeError(message("scheduler_broken", method=self._mutating))
+        self._call = (name, sys._getframe(1))
+        return running
 
     @property
     def config(self) -> Config:
@@ -661,17 +743,23 @@ class Scheduler:
         prio = as_i64("priority", priority)
         _check_prompt(total, cached)
         with self._lock:
-            if rid in self._states:
-                raise ValueError(message("duplicate_request", request_id=rid))
-            state = _object_new(PrefillChunkState)
-            state._request_id = rid
-            state._total = total
-            state._processed = _prefill_start(total, cached)
-            state._cached = cached
-            state._priority = prio
-            self._states[rid] = state
-            self._push_waiting(rid, prio)
-            self._incomplete += 1
+            outer = self._enter("enqueue")
+            try:
+                if rid in self._states:
+                    raise ValueError(message("duplicate_request", request_id=rid))
+                state = _object_new(PrefillChunkState)
+                state._request_id = rid
+                state._total = total
+                state._processed = _prefill_start(total, cached)
+                state._cached = cached
+                state._priority = prio
+                self._mutating = "enqueue"
+                self._states[rid] = state
+                self._push_waiting(rid, prio)
+                self._incomplete += 1
+                self._mutating = None
+            finally:
+                self._call = outer
 
     def _push_waiting(self, rid: int, prio: int) -> None:
         bucket = self._waiting.get(prio)
@@ -709,115 +797,157 @@ class Scheduler:
         if type(n) is not int or n < 0 or n > U64_MAX:
             n = as_u64("active_decode_count", n)
         with self._lock:
-            cfg = self._config
-            budget = cfg._token_budget
-            chunk_size = cfg._chunk_size
-            decode = min(n, cfg._max_decode_tokens) if cfg._interleave_decode else 0
-            if budget is None:
-                left = chunk_size
-            else:
-                decode = min(decode, budget)
-                left = budget - decode
-            cap = cfg._max_prefills_per_step
-            states = self._states
-            chunks: list[Chunk] = []
-            total = 0
-            running = self._running
-            # Started requests first, in the order they started.
-            if running and left:
-                finished: list[int] = []
-                for rid in running:
-                    if len(chunks) == cap or not left:
+            outer = self._enter("next_step")
+            try:
+                self._mutating = "next_step"
+                cfg = self._config
+                budget = cfg._token_budget
+                chunk_size = cfg._chunk_size
+                decode = min(n, cfg._max_decode_tokens) if cfg._interleave_decode else 0
+                if budget is None:
+                    left = chunk_size
+                else:
+                    decode = min(decode, budget)
+                    left = budget - decode
+                cap = cfg._max_prefills_per_step
+                states = self._states
+                chunks: list[Chunk] = []
+                total = 0
+                running = self._running
+                # Started requests first, in the order they started.
+                if running and left:
+                    finished: list[int] = []
+                    for rid in running:
+                        if len(chunks) == cap or not left:
+                            break
+                        chunk = _advance(states[rid], chunk_size, left)
+                        chunks.append(chunk)
+                        total += chunk._tokens
+                        left -= chunk._tokens
+                        if chunk._is_last:
+                            finished.append(rid)
+                    for rid in finished:
+                        del running[rid]
+                        self._completed.append(states[rid])
+                    self._incomplete -= len(finished)
+                # Then requests not yet started, by priority and enqueue order.
+                while len(chunks) < cap and left:
+                    waiting_id = self._pop_waiting()
+                    if waiting_id is None:
                         break
-                    chunk = _advance(states[rid], chunk_size, left)
+                    st = states[waiting_id]
+                    chunk = _advance(st, chunk_size, left)
                     chunks.append(chunk)
                     total += chunk._tokens
                     left -= chunk._tokens
                     if chunk._is_last:
-                        finished.append(rid)
-                for rid in finished:
-                    del running[rid]
-                    self._completed.append(states[rid])
-                self._incomplete -= len(finished)
-            # Then requests not yet started, by priority and enqueue order.
-            while len(chunks) < cap and left:
-                waiting_id = self._pop_waiting()
-                if waiting_id is None:
-                    break
-                st = states[waiting_id]
-                chunk = _advance(st, chunk_size, left)
-                chunks.append(chunk)
-                total += chunk._tokens
-                left -= chunk._tokens
-                if chunk._is_last:
-                    self._completed.append(st)
-                    self._incomplete -= 1
-                else:
-                    running[waiting_id] = None
-            index = self._step
-            self._step = index + 1
-            self._chunks += len(chunks)
-            self._tokens += total
-            return _new_step(index, decode, tuple(chunks), total)
+                        self._completed.append(st)
+                        self._incomplete -= 1
+                    else:
+                        running[waiting_id] = None
+                index = self._step
+                self._step = index + 1
+                self._chunks += len(chunks)
+                self._tokens += total
+                self._mutating = None
+                return _new_step(index, decode, tuple(chunks), total)
+            finally:
+                self._call = outer
 
     def abort(self, request_id: int) -> PrefillChunkState:
         """Stop tracking ``request_id`` wherever it is and return its last state."""
         rid = as_u64("request_id", request_id)
         with self._lock:
-            state = self._states.pop(rid, None)
-            if state is None:
-                raise KeyError(message("unknown_request", request_id=rid))
-            if state._processed >= state._total:
+            outer = self._enter("abort")
+            try:
+                state = self._states.get(rid)
+                if state is None:
+                    raise KeyError(message("unknown_request", request_id=rid))
+                self._mutating = "abort"
+                del self._states[rid]
+                if state._processed < state._total:
+                    self._incomplete -= 1
+                    if rid in self._running:
+                        del self._running[rid]
+                    else:
+                        bucket = self._waiting[state._priority]
+                        del bucket[rid]
+                        if not bucket:
+                            del self._waiting[state._priority]
+                            if len(self._priorities) > 2 * len(self._waiting) + 16:
+                                self._priorities = list(self._waiting)
+                                heapq.heapify(self._priorities)
+                self._mutating = None
                 return state
-            self._incomplete -= 1
-            if rid in self._running:
-                del self._running[rid]
-            else:
-                bucket = self._waiting[state._priority]
-                del bucket[rid]
-                if not bucket:
-                    del self._waiting[state._priority]
-                    if len(self._priorities) > 2 * len(self._waiting) + 16:
-                        self._priorities = list(self._waiting)
-                        heapq.heapify(self._priorities)
-            return state
+            finally:
+                self._call = outer
 
     def state(self, request_id: int) -> PrefillChunkState:
         """A copy of ``request_id``'s progress; ``KeyError`` if it is not tracked."""
         rid = as_u64("request_id", request_id)
         with self._lock:
-            state = self._states.get(rid)
-            if state is None:
-                raise KeyError(message("unknown_request", request_id=rid))
-            return state._copy()
+            outer = self._enter("state")
+            try:
+                state = self._states.get(rid)
+                if state is None:
+                    raise KeyError(message("unknown_request", request_id=rid))
+                return state._copy()
+            finally:
+                self._call = outer
 
     def is_idle(self) -> bool:
         """Whether no tracked request has prefill work left (an empty scheduler is idle)."""
-        return self._incomplete == 0
+        with self._lock:
+            outer = self._enter("is_idle")
+            try:
+                return self._incomplete == 0
+            finally:
+                self._call = outer
 
     def drain_completed(self) -> int:
         """Stop tracking every completed request; return how many were removed."""
         with self._lock:
-            states = self._states
-            removed = 0
-            for state in self._completed:
-                if states.get(state._request_id) is state:
-                    del states[state._request_id]
-                    removed += 1
-            self._completed = []
-            return removed
+            outer = self._enter("drain_completed")
+            try:
+                self._mutating = "drain_completed"
+                states = self._states
+                removed = 0
+                for state in self._completed:
+                    if states.get(state._request_id) is state:
+                        del states[state._request_id]
+                        removed += 1
+                self._completed = []
+                self._mutating = None
+                return removed
+            finally:
+                self._call = outer
 
     def active_count(self) -> int:
         """Requests tracked, completed-but-undrained ones included."""
-        return len(self._states)
+        with self._lock:
+            outer = self._enter("active_count")
+            try:
+                return len(self._states)
+            finally:
+                self._call = outer
 
     def chunks_scheduled(self) -> int:
         """Prefill chunks planned since the scheduler was made."""
-        return self._chunks
+        with self._lock:
+            outer = self._enter("chunks_scheduled")
+            try:
+                return self._chunks
+            finally:
+                self._call = outer
 
     def tokens_prefilled(self) -> int:
         """Prompt tokens planned since the scheduler was made (cached ones excluded)."""
-        return self._tokens
+        with self._lock:
+            outer = self._enter("tokens_prefilled")
+            try:
+                return self._tokens
+            finally:
+                self._call = outer
 
     def _requests(self) -> Iterator[PrefillChunkState]:
         """Every tracked request: started ones in start order, waiting ones in scheduling
@@ -835,13 +965,17 @@ class Scheduler:
     def to_state(self) -> dict[str, Any]:
         """The whole scheduler as plain Python values (see ``chunked_prefill._state``)."""
         with self._lock:
-            return _state.build(
-                self._config.to_dict(),
-                self._step,
-                self._chunks,
-                self._tokens,
-                [s.to_dict() for s in self._requests()],
-            )
+            outer = self._enter("to_state")
+            try:
+                return _state.build(
+                    self._config.to_dict(),
+                    self._step,
+                    self._chunks,
+                    self._tokens,
+                    [s.to_dict() for s in self._requests()],
+                )
+            finally:
+                self._call = outer
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Scheduler:
@@ -885,20 +1019,24 @@ class Scheduler:
     def _clone(self) -> Scheduler:
         """A structural copy (the Rust backend clones its core the same way)."""
         with self._lock:
-            other = Scheduler(self._config)
-            states = {rid: st._copy() for rid, st in self._states.items()}
-            other._states = states
-            other._running = OrderedDict(self._running)
-            other._waiting = {p: OrderedDict(b) for p, b in self._waiting.items()}
-            other._priorities = list(self._priorities)
-            other._completed = [
-                states[st._request_id]
-                for st in self._completed
-                if self._states.get(st._request_id) is st
-            ]
-            other._incomplete = self._incomplete
-            other._step, other._chunks, other._tokens = self._step, self._chunks, self._tokens
-            return other
+            outer = self._enter("__copy__")
+            try:
+                other = Scheduler(self._config)
+                states = {rid: st._copy() for rid, st in self._states.items()}
+                other._states = states
+                other._running = OrderedDict(self._running)
+                other._waiting = {p: OrderedDict(b) for p, b in self._waiting.items()}
+                other._priorities = list(self._priorities)
+                other._completed = [
+                    states[st._request_id]
+                    for st in self._completed
+                    if self._states.get(st._request_id) is st
+                ]
+                other._incomplete = self._incomplete
+                other._step, other._chunks, other._tokens = self._step, self._chunks, self._tokens
+                return other
+            finally:
+                self._call = outer
 
     def __copy__(self) -> Scheduler:
         return self._clone()
@@ -907,17 +1045,32 @@ class Scheduler:
         return self._clone()
 
     def __len__(self) -> int:
-        return len(self._states)
+        with self._lock:
+            outer = self._enter("__len__")
+            try:
+                return len(self._states)
+            finally:
+                self._call = outer
 
     def __contains__(self, request_id: object) -> bool:
         try:
             rid = as_u64("request_id", request_id)
         except (TypeError, ValueError, OverflowError):
             return False
-        return rid in self._states
+        with self._lock:
+            outer = self._enter("__contains__")
+            try:
+                return rid in self._states
+            finally:
+                self._call = outer
 
     def __repr__(self) -> str:
-        return (
-            f"Scheduler(config={self._config!r}, tracked={len(self._states)},"
-            f" incomplete={self._incomplete}, next_step_index={self._step})"
-        )
+        with self._lock:
+            outer = self._enter("__repr__")
+            try:
+                return (
+                    f"Scheduler(config={self._config!r}, tracked={len(self._states)},"
+                    f" incomplete={self._incomplete}, next_step_index={self._step})"
+                )
+            finally:
+                self._call = outer
