@@ -19,6 +19,7 @@ __all__ = [
     "Scheduler",
     "Step",
     "__version__",
+    "simulate_serving",
 ]
 __version__: str
 U64_MAX: int
@@ -172,3 +173,33 @@ class Scheduler:
     def __deepcopy__(self, memo: Any) -> Scheduler: ...
     def __len__(self) -> int: ...
     def __contains__(self, key: object, /) -> bool: ...
+
+def simulate_serving(
+    arrival_s: bytes,
+    prompt_tokens: bytes,
+    output_tokens: bytes,
+    priority: bytes,
+    known: bytes,
+    prefix_tokens: int,
+    group: bytes,
+    session: bytes,
+    hash_block: int,
+    hash_offsets: bytes,
+    hash_ids: bytes,
+    *,
+    num_blocks: int,
+    block_size: int,
+    token_budget: int,
+    chunk_size: int,
+    max_prefills_per_step: int,
+    max_running: int,
+    watermark: float,
+    prefix_caching: bool,
+    engine: tuple[float, float, float, float, float],
+    max_steps: int,
+) -> dict[str, Any]:
+    """Run the serving simulation loop of the core (``chunked_prefill.sim.serving``).
+
+    Arrays are little-endian 8-byte values (``numpy.ndarray.tobytes()``); the records come
+    back as bytes for ``numpy.frombuffer`` and ints/floats.
+    """

@@ -17,11 +17,18 @@ The command line is ``chunked-prefill simulate`` (see :mod:`chunked_prefill.sim.
 from __future__ import annotations
 
 from .engine import DEFAULT_ENGINE, ENGINE_PRESETS, EngineModel, ProfileError, load_profile
+from .serving import (
+    ServingSimConfig,
+    default_num_blocks,
+    expand_serving_configs,
+    simulate_serving,
+)
 from .simulator import (
     DEFAULT_CHUNK_SIZES,
     DEFAULT_STALL_THRESHOLD_S,
     ConfigError,
     Percentiles,
+    ServingStats,
     SimConfig,
     SimResult,
     StepLimitError,
@@ -59,6 +66,8 @@ __all__ = [
     "Percentiles",
     "ProfileError",
     "Request",
+    "ServingSimConfig",
+    "ServingStats",
     "SimConfig",
     "SimResult",
     "StepLimitError",
@@ -67,11 +76,14 @@ __all__ = [
     "Workload",
     "backend_name",
     "check_configs",
+    "default_num_blocks",
     "default_workload",
     "expand_configs",
+    "expand_serving_configs",
     "load_profile",
     "load_trace",
     "min_steps",
     "resolve_backend",
     "simulate",
+    "simulate_serving",
 ]

@@ -33,6 +33,7 @@ __all__ = [
 
 I64_MIN = -(2**63)
 I64_MAX = 2**63 - 1
+U64_MAX = 2**64 - 1
 MAX_TOKENS = I64_MAX
 """The largest token count of a request (prompt, output or cached tokens): the simulator
 keeps per-request counts in 64-bit signed arrays."""
@@ -74,9 +75,36 @@ class Workload:
     priority: tuple[int, ...] = ()
     source: str = "custom"
     """A short description of where the requests come from (shown in reports)."""
+    group: tuple[int, ...] = ()
+    """Per request, its shared-prefix group (``-1``: none); empty: no groups. The first
+    ``prefix_tokens`` prompt tokens of the requests of one group are identical."""
+    session: tuple[int, ...] = ()
+    """Per request, its session; empty: every request its own. A session is one stream of
+    tokens: each turn's prompt is its beginning, so a later turn extends an earlier one."""
+    hash_ids: tuple[tuple[int, ...], ...] = ()
+    """Per request, trace block hashes of its prompt (Mooncake's ``hash_ids``), each
+    standing for ``hash_block`` tokens; empty: none. Equal hashes are equal blocks."""
+    prefix_tokens: int = 0
+    """Tokens of each group's shared prefix."""
+    hash_block: int = 0
+    """Tokens per trace block hash."""
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
+        for name in ("group", "session", "hash_ids"):
+            column = getattr(self, name)
+            if column and len(column) != n:
+                raise ValueError(f"Workload column {name} must have one entry per request")
+        if any(type(g) is not int or not -1 <= g <= I64_MAX for g in self.group):
+            raise ValueError("Workload groups must be ints in [-1, 2**63 - 1] (-1: no group)")
+        if any(type(x) is not int or not 0 <= x <= U64_MAX for x in self.session):
+            raise ValueError("Workload sessions must be ints in [0, 2**64 - 1]")
+        if any(type(x) is not int or not 0 <= x <= U64_MAX for h in self.hash_ids for x in h):
+            raise ValueError("Workload hash_ids must be ints in [0, 2**64 - 1]")
+        for name in ("prefix_tokens", "hash_block"):
+            v = getattr(self, name)
+            if type(v) is not int or not 0 <= v <= MAX_TOKENS:
+                raise ValueError(f"Workload {name} must be an int in [0, {MAX_TOKENS}]")
         if not self.cached_tokens:
             object.__setattr__(self, "cached_tokens", (0,) * n)
         if not self.priority:
@@ -161,6 +189,27 @@ class Workload:
             self.cached_tokens[:n],
             self.priority[:n],
             source=self.source,
+            **self._sharing(slice(0, n)),
+        )
+
+    def _sharing(self, rows: slice) -> dict[str, Any]:
+        """The sharing columns (sliced) and constants, as keyword arguments."""
+        return {
+            "group": self.group[rows],
+            "session": self.session[rows],
+            "hash_ids": self.hash_ids[rows],
+            "prefix_tokens": self.prefix_tokens,
+            "hash_block": self.hash_block,
+        }
+
+    @property
+    def shares_tokens(self) -> bool:
+        """Whether any request may share prompt tokens with another (groups with a
+        prefix, sessions or trace hashes)."""
+        return bool(
+            (self.prefix_tokens and any(g >= 0 for g in self.group))
+            or self.session
+            or any(self.hash_ids)
         )
 
     def scaled(self, prompt_scale: float = 1.0, output_scale: float = 1.0) -> Workload:
@@ -191,6 +240,7 @@ class Workload:
             cached,
             self.priority,
             source=f"{self.source} (prompt x{prompt_scale:g}, output x{output_scale:g})",
+            **self._sharing(slice(None)),
         )
 
     def summary(self) -> dict[str, Any]:

@@ -7,13 +7,15 @@
 //!
 //! One module per family: `convert` (argument conversion and errors, shared by every
 //! class), `config` (`Config`), `values` (`Chunk`, `Step`), `state`
-//! (`PrefillChunkState`) and `scheduler` (`Scheduler`).
+//! (`PrefillChunkState`), `scheduler` (`Scheduler`) and `sim` (`simulate_serving`, the
+//! simulation loop).
 
 use pyo3::prelude::*;
 
 mod config;
 mod convert;
 mod scheduler;
+mod sim;
 mod state;
 mod values;
 
@@ -38,5 +40,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyStep>()?;
     m.add_class::<PyPrefillChunkState>()?;
     m.add_class::<PyScheduler>()?;
+    m.add_function(wrap_pyfunction!(sim::simulate_serving, m)?)?;
     Ok(())
 }

@@ -6,7 +6,7 @@ use std::fmt;
 use super::engine::{chunk_pairs, EngineModel};
 use super::metrics::Outcome;
 use super::workload::Workload;
-use crate::serving::{Batch, Prompt, ServingConfig, ServingScheduler, TokenIds};
+use crate::serving::{Prompt, ServingConfig, ServingScheduler, TokenIds};
 
 /// What a run needs beside the workload.
 #[derive(Debug, Clone)]
@@ -190,34 +190,34 @@ impl Loop<'_> {
     /// Plan, time, report back and record one step. An empty plan (nothing fits until
     /// something arrives) moves the clock to the next arrival.
     fn step(&mut self, engine: &EngineModel) {
+        let num_blocks = self.sched.config().num_blocks;
         let Ok(batch) = self.sched.schedule() else {
             return;
         };
-        let batch: Batch = batch.clone();
+        let step_index = batch.step_index();
         if batch.is_empty() {
-            let _ = self
-                .sched
-                .update_step(batch.step_index(), TokenIds::None, &[]);
+            let _ = self.sched.update_step(step_index, TokenIds::None, &[]);
             if let Some(&i) = self.order.get(self.next) {
                 self.now = self.now.max(self.workload.arrival_s[i]);
             }
             return;
         }
+        let out = &mut self.out;
         let start = self.now;
         let (mut pairs, mut context) = (0u128, 0u128);
         for &id in batch.preempted() {
-            self.out.preemptions[id as usize] += 1;
+            out.preemptions[id as usize] += 1;
         }
         for item in batch.items() {
             let r = item.request_id as usize;
-            if self.out.admitted[r].is_nan() {
-                self.out.admitted[r] = start;
-                self.out.cached_tokens[r] = item.cached_tokens as u64;
+            if out.admitted[r].is_nan() {
+                out.admitted[r] = start;
+                out.cached_tokens[r] = item.cached_tokens as u64;
             }
             if item.is_prefill {
                 pairs += chunk_pairs(item.start, item.tokens as u128);
-                if self.out.preemptions[r] > 0 {
-                    self.out.recomputed_tokens[r] += item.tokens as u64;
+                if out.preemptions[r] > 0 {
+                    out.recomputed_tokens[r] += item.tokens as u64;
                 }
             } else {
                 context += item.start + 1;
@@ -227,29 +227,11 @@ impl Loop<'_> {
         let decode = batch.num_decode_tokens() as u64;
         let duration = engine.step_time(prefill, decode, pairs, context);
         self.now = start + duration;
-        let used = (self.sched.config().num_blocks - batch.num_free_blocks()) as u64;
-        self.out.kv(used, duration, self.now);
-        self.out.steps += 1;
-        self.out.prefill_tokens += prefill;
-        self.out.decode_tokens += decode;
-        self.sample(&batch);
-        let ids = TokenIds::Aligned(&self.sampled);
-        let ids = if self.sampled.is_empty() {
-            TokenIds::None
-        } else {
-            ids
-        };
-        if let Ok(finished) = self.sched.update_step(batch.step_index(), ids, &[]) {
-            for &id in finished {
-                self.out.finish[id as usize] = self.now;
-                self.done += 1;
-            }
-        }
-    }
-
-    /// Record the tokens the step sampled, and the ids the scheduler is told: each
-    /// request's stream ids (or nothing, when no request shares tokens).
-    fn sample(&mut self, batch: &Batch) {
+        let used = (num_blocks - batch.num_free_blocks()) as u64;
+        out.kv(used, duration, self.now);
+        out.steps += 1;
+        out.prefill_tokens += prefill;
+        out.decode_tokens += decode;
         self.sampled.clear();
         let plan = &self.workload.tokens;
         let known = !plan.known.is_empty();
@@ -260,12 +242,23 @@ impl Loop<'_> {
                 self.sampled.push(plan.token(r, pos));
             }
             if self.emitted[r] == 0 {
-                self.out.first_token[r] = self.now;
+                out.first_token[r] = self.now;
             } else {
-                self.out.gap(r, self.now - self.last[r]);
+                out.gap(r, self.now - self.last[r]);
             }
             self.last[r] = self.now;
             self.emitted[r] += 1;
+        }
+        let ids = if known {
+            TokenIds::Aligned(&self.sampled)
+        } else {
+            TokenIds::None
+        };
+        if let Ok(finished) = self.sched.update_step(step_index, ids, &[]) {
+            for &id in finished {
+                self.out.finish[id as usize] = self.now;
+                self.done += 1;
+            }
         }
     }
 }

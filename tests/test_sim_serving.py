@@ -1,0 +1,130 @@
+"""The memory-true simulator: the Rust loop against the pure reference loop, and
+hand-computed runs of the memory model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from chunked_prefill.sim import EngineModel, Workload, default_workload
+from chunked_prefill.sim.report import results_to_json
+from chunked_prefill.sim.serving import ServingSimConfig, expand_serving_configs, simulate_serving
+
+pytest.importorskip("chunked_prefill._core")
+
+ONE_SECOND = EngineModel(name="1s", t_min_s=1.0, c0_s=0.0, c_tok_s=0.0, c_attn_s=0.0, c_kv_s=0.0)
+
+
+def _shared(n: int, seed: int, *, groups: int, prefix: int, sessions: int) -> Workload:
+    """A default workload whose requests fall into prefix groups and sessions."""
+    base = default_workload(n, rate=12.0, seed=seed)
+    rng = np.random.default_rng(seed)
+    return Workload(
+        base.arrival_s,
+        base.prompt_tokens,
+        base.output_tokens,
+        source="shared",
+        group=tuple(int(g) for g in rng.integers(-1, groups, n)),
+        session=tuple(int(s) for s in rng.integers(0, sessions, n)) if sessions else (),
+        prefix_tokens=prefix,
+    )
+
+
+WORKLOADS = {
+    "pressure": (default_workload(150, rate=30.0, seed=3), 700),
+    "prefixes": (_shared(150, 4, groups=3, prefix=200, sessions=0), 900),
+    "turns": (_shared(150, 5, groups=2, prefix=64, sessions=40), 900),
+    "priorities": (
+        Workload(
+            (0.0, 0.0, 0.5, 0.5, 1.0),
+            (40, 300, 17, 90, 64),
+            (30, 3, 60, 1, 8),
+            priority=(3, -1, 0, 0, -5),
+        ),
+        24,
+    ),
+}
+CONFIGS = [
+    *expand_serving_configs(
+        chunk_sizes=[64, 512, None], token_budgets=[300], max_prefills_per_step=[1, 4]
+    ),
+    ServingSimConfig(chunk_size=128, token_budget=256, max_running=8, watermark=0.1),
+    ServingSimConfig(chunk_size=256, prefix_caching=False, block_size=32),
+]
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_rust_and_pure_loops_give_identical_json(name: str) -> None:
+    workload, blocks = WORKLOADS[name]
+    kwargs = {"num_blocks": blocks, "slo_ttft_s": 2.0, "slo_tpot_s": 0.05, "slo_tbt_s": 0.2}
+    rust = simulate_serving(workload, CONFIGS, backend="rust", **kwargs)  # type: ignore[arg-type]
+    pure = simulate_serving(workload, CONFIGS, backend="pure", **kwargs)  # type: ignore[arg-type]
+    assert results_to_json(rust) == results_to_json(pure)
+    for r, p in zip(rust, pure):
+        assert r.serving is not None and p.serving is not None
+        assert np.array_equal(r.serving.kv_series_t, p.serving.kv_series_t)
+        assert np.array_equal(r.tbt_gaps, p.tbt_gaps)
+
+
+def test_pressure_preempts_and_prefixes_hit() -> None:
+    # The identity test must see the memory model at work, not a trivial run.
+    (pressure,) = simulate_serving(WORKLOADS["pressure"][0], ServingSimConfig(), num_blocks=700)
+    assert pressure.serving is not None and pressure.serving.preemptions > 0
+    assert pressure.serving.kv_usage_peak == 1.0
+    (shared,) = simulate_serving(WORKLOADS["turns"][0], ServingSimConfig(), num_blocks=900)
+    assert shared.serving is not None and shared.serving.prefix_hit_rate > 0.1
+
+
+def test_a_pool_too_small_preempts_at_a_known_step() -> None:
+    # As the Rust test: two requests of 4 + 5 tokens in 3 blocks of 4. B preempts itself in
+    # step 1, waits for A (done after step 4), recomputes 5 tokens in step 5, ends in step 8.
+    wl = Workload((0.0, 0.0), (4, 4), (5, 5))
+    cfg = ServingSimConfig(chunk_size=64, token_budget=64, max_running=8, block_size=4)
+    for backend in ("rust", "pure"):
+        (r,) = simulate_serving(wl, cfg, engine=ONE_SECOND, num_blocks=3, backend=backend)
+        assert r.serving is not None
+        assert (r.steps, r.serving.preemptions, r.serving.recomputed_tokens) == (9, 1, 5)
+        assert r.finish.tolist() == [5.0, 9.0]
+        assert r.serving.max_gap.tolist() == [1.0, 5.0]
+        assert r.serving.kv_usage_peak == pytest.approx(2 / 3)
+
+
+def test_prefix_sharing_halves_the_prefill_tokens() -> None:
+    wl = Workload((0.0, 2.0, 4.0), (64, 64, 64), (1, 1, 1), group=(7, 7, 7), prefix_tokens=48)
+    cfg = ServingSimConfig(chunk_size=64, token_budget=64, max_running=8)
+    (on,) = simulate_serving(wl, cfg, engine=ONE_SECOND, num_blocks=64)
+    (off,) = simulate_serving(
+        wl, ServingSimConfig(64, 64, 4, 8, prefix_caching=False), engine=ONE_SECOND, num_blocks=64
+    )
+    assert (on.prefill_tokens, off.prefill_tokens) == (96, 192)
+    assert on.serving is not None and on.serving.prefix_hit_rate == 96 / 192
+
+
+def test_a_request_that_never_fits_is_named() -> None:
+    wl = Workload((0.0, 0.0), (4, 40), (1, 30))
+    for backend in ("rust", "pure"):
+        with pytest.raises(ValueError, match=r"^request 1 \(prompt 40 tokens, output 30\)"):
+            simulate_serving(wl, ServingSimConfig(block_size=4), num_blocks=4, backend=backend)
+
+
+def test_json_keys() -> None:
+    (r,) = simulate_serving(
+        WORKLOADS["pressure"][0], ServingSimConfig(), num_blocks=700, slo_ttft_s=1.0
+    )
+    d = json.loads(results_to_json([r]))[0]
+    for key in (
+        "queue_s",
+        "preemptions",
+        "recomputed_tokens",
+        "prefix_hit_rate",
+        "kv_usage",
+        "num_blocks",
+        "input_throughput_tok_s",
+        "slo_attainment",
+        "goodput_rps",
+    ):
+        assert key in d
+    assert d["config"]["scheduler"] == "serving"
+    assert 0 <= d["slo_attainment"] <= 1
