@@ -16,16 +16,35 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .._args import U64_MAX, ArgumentParser, UsageError, float_flag, int_flag, list_of, one_line
+from .._args import (
+    U64_MAX,
+    ArgumentParser,
+    UsageError,
+    float_flag,
+    int_flag,
+    list_of,
+    one_line,
+    show,
+)
 from .engine import (
     DEFAULT_ENGINE,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
     ENGINE_PRESETS,
     MAX_COEFFICIENT_S,
+    MEMORY_PRESETS,
     EngineModel,
     ProfileError,
     load_profile,
 )
 from .report import PLOT_HINT, PlotUnavailable, print_table, results_to_json
+from .serving import (
+    ServingSimConfig,
+    check_fits,
+    expand_serving_configs,
+    memory_of,
+    resolve_configs,
+    simulate_serving,
+)
 from .simulator import (
     DEFAULT_STALL_THRESHOLD_S,
     ConfigError,
@@ -89,6 +108,17 @@ _COUNT_OR_NONE = int_flag(1, U64_MAX, none=True)
 _SECONDS = float_flag(0.0, sys.float_info.max, what="seconds")
 _COEFFICIENT = float_flag(0.0, MAX_COEFFICIENT_S, what="seconds")
 _SCALE = float_flag(0.0, sys.float_info.max, low_open=True, what="a factor")
+_SLO = float_flag(0.0, sys.float_info.max, low_open=True, what="seconds")
+
+
+def _on_off(text: str) -> bool:
+    word = text.strip().lower()
+    if word not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"expected 'on' or 'off', got {show(text)}")
+    return word == "on"
+
+
+_on_off.__name__ = "'on' or 'off'"
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
@@ -144,6 +174,14 @@ def _configure(p: argparse.ArgumentParser) -> None:
         "scheduler (comma lists; the cross product is run; counts are 1 to 2**64 - 1)"
     )
     s.add_argument(
+        "--scheduler",
+        choices=("serving", "planner"),
+        default="serving",
+        help="serving: the serving scheduler with its KV-block pool, prefix caching and"
+        " preemption (memory-true); planner: the original planner, no memory limit, as the"
+        " simulator before it (default: %(default)s)",
+    )
+    s.add_argument(
         "--chunk-size",
         type=list_of(_COUNT_OR_NONE),
         default=[256, 512, 2048, None],
@@ -154,24 +192,24 @@ def _configure(p: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--token-budget",
         type=list_of(_COUNT_OR_NONE),
-        default=[None],
         metavar="LIST",
-        help="tokens (decode + prefill) per step, or 'none' for the one-chunk rule; like"
-        " vLLM's max_num_batched_tokens (default: none)",
+        help="tokens (decode + prefill) per step, like vLLM's max_num_batched_tokens; 'none':"
+        " the planner's one-chunk rule, or no budget for the serving scheduler (room for"
+        " every decode and a whole chunk) (default: 2048 for serving, none for planner)",
     )
     s.add_argument(
         "--max-prefills-per-step",
         type=list_of(_COUNT),
-        default=[1],
         metavar="LIST",
-        help="requests that may get a chunk in one step; needs a token budget (default: 1)",
+        help="requests that may get a chunk in one step; the planner's needs a token budget"
+        " (default: 4 for serving, 1 for planner)",
     )
     s.add_argument(
         "--max-decode-tokens",
         type=list_of(_COUNT),
-        default=[128],
         metavar="LIST",
-        help="most decode tokens per step (default: 128)",
+        help="planner only: most decode tokens per step (default: 128); the serving"
+        " scheduler decodes every running request each step",
     )
     s.add_argument(
         "--max-running",
@@ -179,6 +217,31 @@ def _configure(p: argparse.ArgumentParser) -> None:
         default=[256],
         metavar="LIST",
         help="most requests running at once, like vLLM's max_num_seqs (default: 256)",
+    )
+    s.add_argument(
+        "--block-size",
+        type=list_of(_COUNT),
+        metavar="LIST",
+        help="serving only: tokens per KV-cache block (default: 16)",
+    )
+    s.add_argument(
+        "--num-blocks",
+        type=list_of(_COUNT),
+        metavar="LIST",
+        help="serving only: KV-cache blocks in the pool (default: derived from the GPU memory"
+        " of the --engine preset, see --gpu-memory-utilization)",
+    )
+    s.add_argument(
+        "--watermark",
+        type=list_of(float_flag(0.0, 1.0, high_open=True, what="a fraction")),
+        metavar="LIST",
+        help="serving only: fraction of the pool admission keeps free (default: 0)",
+    )
+    s.add_argument(
+        "--prefix-caching",
+        type=list_of(_on_off),
+        metavar="LIST",
+        help="serving only: on or off (default: on)",
     )
     s.add_argument(
         "--max-steps",
@@ -240,6 +303,38 @@ def _configure(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help=f"cost per decode context token (default: the preset's; {DEFAULT_ENGINE.c_kv_s:g} for"
         f" {DEFAULT_ENGINE.name})",
+    )
+
+    e.add_argument(
+        "--gpu-memory-utilization",
+        type=float_flag(0.0, 1.0, low_open=True, what="a fraction"),
+        metavar="F",
+        help="serving only: fraction of the GPU's memory the engine may use; the KV pool is"
+        " that minus the weights and an activation reserve (default:"
+        f" {DEFAULT_GPU_MEMORY_UTILIZATION:g})",
+    )
+
+    g = p.add_argument_group(
+        "SLOs (serving only; per request, as vLLM's benchmark goodput: a request meets the"
+        " SLOs when it meets every one given)"
+    )
+    g.add_argument(
+        "--slo-ttft",
+        type=_SLO,
+        metavar="S",
+        help="time to first token, seconds",
+    )
+    g.add_argument(
+        "--slo-tpot",
+        type=_SLO,
+        metavar="S",
+        help="mean time per output token after the first, seconds",
+    )
+    g.add_argument(
+        "--slo-tbt",
+        type=_SLO,
+        metavar="S",
+        help="every gap between two of its tokens, seconds (stricter than --slo-tpot)",
     )
 
     o = p.add_argument_group("output")
@@ -400,14 +495,63 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
+_SERVING_ONLY = (
+    ("--block-size", "block_size"),
+    ("--num-blocks", "num_blocks"),
+    ("--watermark", "watermark"),
+    ("--prefix-caching", "prefix_caching"),
+    ("--gpu-memory-utilization", "gpu_memory_utilization"),
+    ("--slo-ttft", "slo_ttft"),
+    ("--slo-tpot", "slo_tpot"),
+    ("--slo-tbt", "slo_tbt"),
+)
+
+
 def _configs(args: argparse.Namespace) -> list[SimConfig]:
+    for flag, name in _SERVING_ONLY:
+        if getattr(args, name) is not None:
+            raise UsageError(f"argument {flag}: applies to --scheduler serving, not planner")
     return expand_configs(
         args.chunk_size,
-        args.token_budget,
-        args.max_prefills_per_step,
-        args.max_decode_tokens,
+        args.token_budget if args.token_budget is not None else [None],
+        args.max_prefills_per_step if args.max_prefills_per_step is not None else [1],
+        args.max_decode_tokens if args.max_decode_tokens is not None else [128],
         args.max_running,
     )
+
+
+def _serving_configs(args: argparse.Namespace) -> list[ServingSimConfig]:
+    if args.max_decode_tokens is not None:
+        raise UsageError(
+            "argument --max-decode-tokens: applies to --scheduler planner; the serving"
+            " scheduler decodes every running request in each step"
+        )
+    budgets = args.token_budget if args.token_budget is not None else [2048]
+    return expand_serving_configs(
+        args.chunk_size,
+        budgets,
+        args.max_prefills_per_step or [4],
+        args.max_running,
+        args.block_size or [16],
+        args.num_blocks or [None],
+        args.watermark or [0.0],
+        args.prefix_caching or [True],
+    )
+
+
+def _serving_flags(cfg: ServingSimConfig) -> str:
+    """The flags that give ``cfg``, for a message about it."""
+    parts = [f"--chunk-size {'none' if cfg.chunk_size is None else cfg.chunk_size}"]
+    if cfg.token_budget is not None:
+        parts.append(f"--token-budget {cfg.token_budget}")
+    parts.append(f"--max-prefills-per-step {cfg.max_prefills_per_step}")
+    parts.append(f"--max-running {cfg.max_running}")
+    parts.append(f"--block-size {cfg.block_size}")
+    if cfg.num_blocks is not None:
+        parts.append(f"--num-blocks {cfg.num_blocks}")
+    if cfg.watermark:
+        parts.append(f"--watermark {cfg.watermark:g}")
+    return "the configuration " + " ".join(parts)
 
 
 def _flags(cfg: SimConfig) -> str:
@@ -427,6 +571,8 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.plot is not None:
         _check_plot_path(args.plot)
+    if args.scheduler == "serving":
+        return _run_serving(args)
     module = resolve_backend(args.backend)
     workload = _workload(args)
     engine = _engine(args)
@@ -468,6 +614,101 @@ def _run(args: argparse.Namespace) -> int:
         console.print(
             f"[dim]{len(configs)} configuration(s) x {len(workload)} requests simulated in"
             f" {wall:.2f} s wall time ({backend_name(module)} backend)"
+            + (f"; plot written to {args.plot}" if args.plot else "")
+            + "[/]",
+            highlight=False,
+        )
+    return 0
+
+
+def _serving_backend(name: str) -> str:
+    if name != "auto":
+        return name
+    return backend_name(resolve_backend("auto"))
+
+
+def _run_serving(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    if args.plot is not None:
+        _check_plot_path(args.plot)
+    backend = _serving_backend(args.backend)
+    workload = _workload(args)
+    engine = _engine(args)
+    configs = _serving_configs(args)
+    memory = MEMORY_PRESETS.get(args.engine) or memory_of(engine)
+    util = (
+        args.gpu_memory_utilization
+        if args.gpu_memory_utilization is not None
+        else DEFAULT_GPU_MEMORY_UTILIZATION
+    )
+    resolved = resolve_configs(workload, configs, engine, None, memory, util)
+    from ..pure_serving import ServingConfig
+
+    for cfg, options in zip(configs, resolved):
+        try:
+            ServingConfig(**options)
+        except ValueError as err:
+            what = _serving_flags(cfg)
+            if options["num_blocks"] == 0:
+                raise UsageError(
+                    f"{what}: no KV-cache block fits: {memory.describe(cfg.block_size, util)};"
+                    " raise --gpu-memory-utilization or give --num-blocks"
+                ) from None
+            raise UsageError(f"{what}: {err}") from None
+        try:
+            check_fits(workload, options)
+        except ValueError as err:
+            text = str(err)
+            if args.trace is not None:
+                index = int(text.split()[1])
+                text = f"{args.trace}: data row {index + 1}: {text}"
+            raise UsageError(
+                f"{_serving_flags(cfg)}: {text}; raise --num-blocks or"
+                " --gpu-memory-utilization, or shorten the request"
+            ) from None
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=160)
+    if not args.quiet and not args.json:
+        _print_setup(console, workload, engine)
+        lines: list[str] = []
+        for cfg in configs:
+            if cfg.num_blocks is None:
+                line = memory.describe(cfg.block_size, util)
+            else:
+                line = f"{cfg.num_blocks} blocks of {cfg.block_size} tokens (--num-blocks)"
+            if line not in lines:
+                lines.append(line)
+                console.print(f"[bold]KV cache[/]: {line}", highlight=False)
+    started = time.perf_counter()
+    results = simulate_serving(
+        workload,
+        configs,
+        engine=engine,
+        memory=memory,
+        gpu_memory_utilization=util,
+        backend=backend,
+        stall_threshold_s=args.stall_threshold,
+        slo_ttft_s=args.slo_ttft,
+        slo_tpot_s=args.slo_tpot,
+        slo_tbt_s=args.slo_tbt,
+        max_steps=args.max_steps,
+    )
+    wall = time.perf_counter() - started
+    if args.plot is not None:
+        from .report import plot_cdfs
+
+        plot_cdfs(results, args.plot, workload=workload.source)
+    if args.json:
+        sys.stdout.write(results_to_json(results) + "\n")
+        sys.stdout.flush()
+        return 0
+    print_table(results, console)
+    if not args.quiet:
+        console.print(
+            f"[dim]{len(configs)} configuration(s) x {len(workload)} requests simulated in"
+            f" {wall:.2f} s wall time (serving scheduler, {backend} loop)"
             + (f"; plot written to {args.plot}" if args.plot else "")
             + "[/]",
             highlight=False,

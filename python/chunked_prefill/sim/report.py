@@ -25,6 +25,7 @@ __all__ = [
     "require_matplotlib",
     "results_table",
     "results_to_json",
+    "serving_table",
     "short_labels",
 ]
 
@@ -81,18 +82,110 @@ def _option(value: Any) -> str:
     return "none" if value is None else str(value)
 
 
+_LABELS = {
+    "chunk_size": "chunk",
+    "token_budget": "budget",
+    "max_prefills_per_step": "prefills",
+    "max_decode_tokens": "decode cap",
+    "max_running": "max running",
+    "block_size": "block",
+    "num_blocks": "blocks",
+    "watermark": "watermark",
+    "prefix_caching": "prefix cache",
+}
+
+
 def short_labels(results: Sequence[SimResult]) -> list[str]:
     """One label per result naming only the options that differ (the chunk size always)."""
     dicts = [r.config.to_dict() for r in results]
-    names = {
-        "chunk_size": "chunk",
-        "token_budget": "budget",
-        "max_prefills_per_step": "prefills",
-        "max_decode_tokens": "decode cap",
-        "max_running": "max running",
-    }
-    keys = [k for k in names if k == "chunk_size" or len({d[k] for d in dicts}) > 1]
-    return [" ".join(f"{names[k]}={_option(d[k])}" for k in keys) for d in dicts]
+    keys = [
+        k
+        for k in _LABELS
+        if k == "chunk_size" or (all(k in d for d in dicts) and len({d[k] for d in dicts}) > 1)
+    ]
+    return [" ".join(f"{_LABELS[k]}={_option(d[k])}" for k in keys) for d in dicts]
+
+
+_SERVING_COLUMNS = (
+    ("chunk_size", "chunk"),
+    ("token_budget", "budget"),
+    ("max_prefills_per_step", "prefills"),
+    ("max_running", "max\nrunning"),
+    ("block_size", "block"),
+    ("num_blocks", "blocks"),
+    ("watermark", "water\nmark"),
+    ("prefix_caching", "prefix\ncache"),
+)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.0f}"
+
+
+def serving_table(results: Sequence[SimResult], *, title: str | None = None) -> Table:
+    """The table of serving-scheduler results: latency, queueing, memory, goodput.
+
+    Eleven figure columns plus the options that differ, to stay within 80 columns; the
+    rest is in ``--json``.
+    """
+    from rich import box
+    from rich.table import Table
+
+    slo = any(r.serving is not None and r.serving.slo for r in results)
+    table = Table(
+        title=title,
+        caption="TTFT, TBT, queue in ms; hit: prefix cache %; KV: peak pool %"
+        + ("; good: goodput req/s" if slo else ""),
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    dicts = [r.config.to_dict() for r in results]
+    shown = [
+        (key, head)
+        for key, head in _SERVING_COLUMNS
+        # A budget of None only follows from chunk none (stretched): not a difference.
+        if key == "chunk_size" or len({d[key] for d in dicts} - {None}) > 1
+    ]
+    for _key, head in shown:
+        table.add_column(head, justify="right", style="cyan")
+    for head in ("TTFT\np50", "TTFT\np99"):
+        table.add_column(head, justify="right")
+    for head in ("TBT\np50", "TBT\np99", "TBT\nmax"):
+        table.add_column(head, justify="right", style="magenta")
+    table.add_column("queue\np99", justify="right")
+    table.add_column("out\ntok/s", justify="right")
+    table.add_column("pre-\nempt", justify="right", style="red")
+    table.add_column("hit\n%", justify="right")
+    table.add_column("KV\n%", justify="right")
+    threshold_ms = results[0].stall_threshold_s * 1e3 if results else 0.0
+    if slo:
+        table.add_column("good\nreq/s", justify="right", style="green")
+    else:
+        table.add_column(f"stalls\n>{threshold_ms:g}ms", justify="right", style="red")
+    for column in table.columns:
+        column.no_wrap = True
+    for r, d in zip(results, dicts):
+        s = r.serving
+        if s is None:
+            continue
+        last = f"{s.goodput_rps:.2f}" if slo and s.goodput_rps is not None else str(r.stalls)
+        table.add_row(
+            *(_option(d[key]) for key, _ in shown),
+            _ms(r.ttft_s.p50),
+            _ms(r.ttft_s.p99),
+            _ms(r.tbt_s.p50),
+            _ms(r.tbt_s.p99),
+            _ms(r.tbt_s.max),
+            _ms(s.queue_s.p99),
+            f"{r.throughput_tok_s:.0f}",
+            str(s.preemptions),
+            _pct(s.prefix_hit_rate),
+            _pct(s.kv_usage_peak),
+            last,
+        )
+    return table
 
 
 def results_table(results: Sequence[SimResult], *, title: str | None = None) -> Table:
@@ -158,7 +251,10 @@ def print_table(results: Sequence[SimResult], console: Console, title: str | Non
     """
     from rich.measure import Measurement
 
-    table = results_table(results, title=title)
+    if results and all(r.serving is not None for r in results):
+        table = serving_table(results, title=title)
+    else:
+        table = results_table(results, title=title)
     needed = Measurement.get(console, console.options.update_width(10_000), table).maximum
     width = console.width
     if needed <= width:

@@ -19,8 +19,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .engine import DEFAULT_ENGINE, DEFAULT_GPU_MEMORY_UTILIZATION, MEMORY_PRESETS, EngineModel
-from .serving_loop import SimLoopError, run_loop
+from .engine import (
+    DEFAULT_ENGINE,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    MEMORY_PRESETS,
+    EngineModel,
+    KVMemory,
+)
+from .serving_loop import SimLoopError, check_fits, run_loop
 from .simulator import (
     DEFAULT_STALL_THRESHOLD_S,
     Percentiles,
@@ -34,8 +40,11 @@ from .workload import Workload
 __all__ = [
     "ServingSimConfig",
     "SimLoopError",
+    "check_fits",
     "default_num_blocks",
     "expand_serving_configs",
+    "memory_of",
+    "resolve_configs",
     "simulate_serving",
 ]
 
@@ -48,10 +57,11 @@ class ServingSimConfig:
 
     ``chunk_size=None`` is no chunking, as vLLM without chunked prefill: every prompt (and
     every recomputation after a preemption) is computed whole in one step; the scheduler
-    gets ``chunk_size`` = the longest ``prompt + output - 1`` of the workload and
-    ``token_budget`` = that + ``max_running`` + 1, the step's budget stretched to fit it
-    (``token_budget`` must then be ``None``). ``num_blocks=None`` takes the engine's KV
-    pool (:func:`default_num_blocks`).
+    gets ``chunk_size`` = the longest ``prompt + output - 1`` of the workload, ``L``, and
+    the step's budget is stretched to fit it (``token_budget`` is then ``None``).
+    ``token_budget=None`` with a chunk size is no budget: ``L + max_running + 1``, room
+    for every decode and a whole chunk. ``num_blocks=None`` takes the engine's KV pool
+    (:func:`default_num_blocks`).
     """
 
     chunk_size: int | None = 512
@@ -92,9 +102,10 @@ class ServingSimConfig:
     def scheduler_options(self, workload: Workload, num_blocks: int) -> dict[str, Any]:
         """Keyword arguments of the ``ServingConfig`` this runs with."""
         chunk, budget = self.chunk_size, self.token_budget
-        if chunk is None:
-            chunk = max(p + o - 1 for p, o in zip(workload.prompt_tokens, workload.output_tokens))
-            budget = chunk + self.max_running + 1
+        if chunk is None or budget is None:
+            longest = max(p + o - 1 for p, o in zip(workload.prompt_tokens, workload.output_tokens))
+            chunk = longest if chunk is None else chunk
+            budget = longest + self.max_running + 1
         return {
             "num_blocks": self.num_blocks if self.num_blocks is not None else num_blocks,
             "block_size": self.block_size,
@@ -140,15 +151,40 @@ def expand_serving_configs(
     return out
 
 
+def memory_of(engine: EngineModel | str) -> KVMemory:
+    """The KV memory of an engine preset (by name, or the model's ``name``); the default
+    preset's for a model of another name."""
+    name = engine if isinstance(engine, str) else engine.name
+    return MEMORY_PRESETS.get(name) or MEMORY_PRESETS[DEFAULT_ENGINE.name]
+
+
 def default_num_blocks(
     engine: EngineModel | str,
     block_size: int = 16,
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
 ) -> int:
-    """The KV pool of an engine preset (by name, or the model's ``name``), in blocks."""
-    name = engine if isinstance(engine, str) else engine.name
-    memory = MEMORY_PRESETS.get(name) or MEMORY_PRESETS[DEFAULT_ENGINE.name]
-    return memory.num_blocks(block_size, gpu_memory_utilization)
+    """The KV pool of an engine preset (see :func:`memory_of`), in blocks."""
+    return memory_of(engine).num_blocks(block_size, gpu_memory_utilization)
+
+
+def resolve_configs(
+    workload: Workload,
+    configs: Sequence[ServingSimConfig],
+    engine: EngineModel = DEFAULT_ENGINE,
+    num_blocks: int | None = None,
+    memory: KVMemory | None = None,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+) -> list[dict[str, Any]]:
+    """The ``ServingConfig`` keyword arguments each configuration runs with (see
+    :func:`simulate_serving` for the pool size)."""
+    mem = memory if memory is not None else memory_of(engine)
+    out = []
+    for cfg in configs:
+        pool = num_blocks
+        if pool is None:
+            pool = mem.num_blocks(cfg.block_size, gpu_memory_utilization)
+        out.append(cfg.scheduler_options(workload, pool))
+    return out
 
 
 def _bytes(values: Sequence[Any], dtype: str) -> bytes:
@@ -194,6 +230,8 @@ def simulate_serving(
     *,
     engine: EngineModel = DEFAULT_ENGINE,
     num_blocks: int | None = None,
+    memory: KVMemory | None = None,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
     backend: str = "rust",
     stall_threshold_s: float = DEFAULT_STALL_THRESHOLD_S,
     slo_ttft_s: float | None = None,
@@ -203,8 +241,8 @@ def simulate_serving(
 ) -> list[SimResult]:
     """Run ``workload`` through the serving scheduler once per configuration.
 
-    ``num_blocks`` is the pool of configurations that do not set one (default: the
-    engine preset's memory, :func:`default_num_blocks` at 0.9 utilization and the
+    ``num_blocks`` is the pool of configurations that do not set one (default: ``memory``,
+    else the engine preset's (:func:`memory_of`), at ``gpu_memory_utilization`` and the
     configuration's block size). ``backend`` is ``"rust"`` (the core's loop) or
     ``"pure"`` (the reference loop); both give identical results. SLOs are per request, as
     vLLM's benchmark goodput: TTFT, mean time per output token after the first, and
@@ -231,12 +269,12 @@ def simulate_serving(
     }
     from ..pure_serving import ServingConfig
 
-    resolved = []
-    for cfg in cfg_list:
-        pool = num_blocks if num_blocks is not None else default_num_blocks(engine, cfg.block_size)
-        options = cfg.scheduler_options(workload, pool)
+    resolved = resolve_configs(
+        workload, cfg_list, engine, num_blocks, memory, gpu_memory_utilization
+    )
+    for options in resolved:
         ServingConfig(**options)  # the scheduler's own checks, before anything runs
-        resolved.append(options)
+        check_fits(workload, options)
     results = []
     for cfg, options in zip(cfg_list, resolved):
         try:
