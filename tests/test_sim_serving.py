@@ -36,6 +36,12 @@ WORKLOADS = {
     "pressure": (default_workload(150, rate=30.0, seed=3), 700),
     "prefixes": (_shared(150, 4, groups=3, prefix=200, sessions=0), 900),
     "turns": (_shared(150, 5, groups=2, prefix=64, sessions=40), 900),
+    "synthetic sessions": (
+        default_workload(120, rate=8.0, seed=6, prefix_tokens=100, prefix_groups=2, turns=3).scaled(
+            0.5, 0.5
+        ),
+        900,
+    ),
     "priorities": (
         Workload(
             (0.0, 0.0, 0.5, 0.5, 1.0),
@@ -154,3 +160,30 @@ def test_high_load_preempts_and_chunking_still_cuts_the_tbt_tail() -> None:
     assert chunked.serving.preemptions > 0 and whole.serving.preemptions > 0
     assert chunked.tbt_s.p99 is not None and whole.tbt_s.p99 is not None
     assert chunked.tbt_s.p99 < whole.tbt_s.p99 / 2
+
+
+def test_synthetic_prefixes_and_turns_share_exactly_what_they_say() -> None:
+    # One group, a 256-token prefix, single turns spaced far apart: every request after the
+    # first finds the prefix's 16 blocks cached, and nothing else.
+    wl = default_workload(20, rate=0.01, seed=2, prefix_tokens=256)
+    assert wl.group == (0,) * 20 and wl.prompt_tokens[0] > 256
+    (r,) = simulate_serving(wl, ServingSimConfig())
+    assert r.serving is not None
+    assert r.serving.preemptions == 0
+    assert r.serving.prefix_hit_rate == 19 * 256 / sum(wl.prompt_tokens)
+    # Sessions of 2 turns at a low rate: turn 2 extends turn 1, so it finds turn 1's full
+    # blocks (prompt and output, the last sampled token excepted) in the cache.
+    wl = default_workload(2, rate=0.001, seed=3, turns=2)
+    assert wl.session == (0, 0)
+    p1, p2 = wl.prompt_tokens
+    o1 = wl.output_tokens[0]
+    assert p2 > p1 + o1
+    (r,) = simulate_serving(wl, ServingSimConfig())
+    assert r.serving is not None
+    assert r.serving.prefix_hit_rate == ((p1 + o1 - 1) // 16 * 16) / (p1 + p2)
+    # A prefix alone changes only the prompts: the plain workload's lengths and arrivals.
+    plain = default_workload(20, rate=0.01, seed=2)
+    shared = default_workload(20, rate=0.01, seed=2, prefix_tokens=256)
+    assert [p - 256 for p in shared.prompt_tokens] == list(plain.prompt_tokens)
+    assert shared.arrival_s == plain.arrival_s
+    assert shared.output_tokens == plain.output_tokens

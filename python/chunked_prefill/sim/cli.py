@@ -156,6 +156,27 @@ def _configure(p: argparse.ArgumentParser) -> None:
         help="synthetic workload seed, 0 to 2**64 - 1 (default: 0)",
     )
     w.add_argument(
+        "--prefix-tokens",
+        type=int_flag(0, MAX_TOKENS),
+        metavar="N",
+        help="serving, synthetic only: every prompt starts with its group's N shared tokens,"
+        " like a system prompt, before the drawn length (default: 0)",
+    )
+    w.add_argument(
+        "--prefix-groups",
+        type=int_flag(1, MAX_TOKENS),
+        metavar="G",
+        help="serving, synthetic only: requests are spread over G groups with distinct"
+        " prefixes (default: 1)",
+    )
+    w.add_argument(
+        "--turns",
+        type=int_flag(1, MAX_TOKENS),
+        metavar="T",
+        help="serving, synthetic only: sessions of T turns, each turn's prompt extending the"
+        " previous turn's prompt and output (default: 1)",
+    )
+    w.add_argument(
         "--prompt-scale",
         type=_SCALE,
         default=1.0,
@@ -398,17 +419,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _workload(args: argparse.Namespace) -> Workload:
     if args.trace is not None:
-        for flag, value in (("--rate", args.rate), ("--seed", args.seed)):
+        for flag, value in (
+            ("--rate", args.rate),
+            ("--seed", args.seed),
+            ("--prefix-tokens", args.prefix_tokens),
+            ("--prefix-groups", args.prefix_groups),
+            ("--turns", args.turns),
+        ):
             if value is not None:
                 raise UsageError(f"{flag} applies to the synthetic workload, not to --trace")
         wl = load_trace(args.trace, time_unit=args.time_unit)
         if args.requests is not None:
             wl = wl.head(args.requests)
     else:
+        if args.prefix_groups is not None and not args.prefix_tokens:
+            raise UsageError("argument --prefix-groups: needs --prefix-tokens N (N > 0)")
         wl = default_workload(
             args.requests if args.requests is not None else DEFAULT_REQUESTS,
             rate=args.rate if args.rate is not None else DEFAULT_RATE,
             seed=args.seed if args.seed is not None else 0,
+            prefix_tokens=args.prefix_tokens or 0,
+            prefix_groups=args.prefix_groups or 1,
+            turns=args.turns or 1,
         )
     try:
         wl = wl.scaled(args.prompt_scale, 1.0)
@@ -496,6 +528,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 _SERVING_ONLY = (
+    ("--prefix-tokens", "prefix_tokens"),
+    ("--prefix-groups", "prefix_groups"),
+    ("--turns", "turns"),
     ("--block-size", "block_size"),
     ("--num-blocks", "num_blocks"),
     ("--watermark", "watermark"),
@@ -574,9 +609,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.scheduler == "serving":
         return _run_serving(args)
     module = resolve_backend(args.backend)
+    configs = _configs(args)
     workload = _workload(args)
     engine = _engine(args)
-    configs = _configs(args)
     try:
         check_configs(workload, configs, backend=module, max_steps=args.max_steps)
     except ConfigError as err:

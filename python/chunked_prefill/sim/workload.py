@@ -324,6 +324,9 @@ def default_workload(
     prompt_scale: float = 1.0,
     output_scale: float = 1.0,
     spec: ChatWorkloadSpec | None = None,
+    prefix_tokens: int = 0,
+    prefix_groups: int = 1,
+    turns: int = 1,
 ) -> Workload:
     """The embedded synthetic chat workload (see :class:`ChatWorkloadSpec`).
 
@@ -332,6 +335,17 @@ def default_workload(
     t=0. Everything is drawn from ``numpy.random.default_rng(seed)``: the same arguments
     give the same workload on every machine. Lengths are drawn before arrival gaps, so a
     different ``rate`` keeps every request's lengths and only stretches the arrival times.
+
+    Shared prefixes (for the serving scheduler's prefix cache): with ``prefix_tokens`` N,
+    every conversation belongs to one of ``prefix_groups`` groups, drawn uniformly, and
+    its prompts start with the group's N tokens (a system prompt) before the drawn
+    length. With ``turns`` T, requests come in sessions of T turns: turn k's prompt is
+    turn k-1's prompt and output followed by a new drawn user message, sessions start as
+    a Poisson process at ``rate / T`` (with T = 1, at the plain workload's arrivals) and
+    each turn arrives an exponential think time of
+    mean :data:`TURN_GAP_S` after the previous one (arrival order, open loop). These draws
+    come from a second generator, so the drawn lengths are the same as without them; the
+    workload's ``group``/``session`` columns tell the simulator which tokens are shared.
     """
     import numpy as np
 
@@ -350,6 +364,24 @@ def default_workload(
     gaps = rng.standard_exponential(requests)
     arrivals = np.zeros(requests) if math.isinf(rate) else np.cumsum(gaps / rate)
     rate_text = "inf" if math.isinf(rate) else f"{rate:g}"
+    for name, value, low in (
+        ("prefix_tokens", prefix_tokens, 0),
+        ("prefix_groups", prefix_groups, 1),
+        ("turns", turns, 1),
+    ):
+        if type(value) is not int or not low <= value <= MAX_TOKENS:
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    if prefix_tokens or turns > 1:
+        shared = _shared_workload(
+            requests, rate, seed, prompt, output, arrivals, prefix_tokens, prefix_groups, turns
+        )
+        parts = [f"{requests} requests", f"{rate_text} req/s", f"seed {seed}"]
+        if prefix_tokens:
+            parts.append(f"{prefix_tokens}-token prefix x {prefix_groups} group(s)")
+        if turns > 1:
+            parts.append(f"{turns} turns")
+        workload = Workload(**shared, source=f"synthetic chat workload ({', '.join(parts)})")
+        return workload.scaled(prompt_scale, output_scale)
     workload = Workload(
         arrival_s=tuple(float(a) for a in arrivals.tolist()),
         prompt_tokens=tuple(int(p) for p in prompt.tolist()),
@@ -357,6 +389,63 @@ def default_workload(
         source=f"synthetic chat workload ({requests} requests, {rate_text} req/s, seed {seed})",
     )
     return workload.scaled(prompt_scale, output_scale)
+
+
+TURN_GAP_S = 10.0
+"""Mean think time between two turns of a synthetic session, seconds."""
+
+
+def _shared_workload(
+    requests: int,
+    rate: float,
+    seed: int,
+    user: Any,
+    output: Any,
+    arrivals: Any,
+    prefix_tokens: int,
+    groups: int,
+    turns: int,
+) -> dict[str, Any]:
+    """The columns of a synthetic workload with shared prefixes and sessions (see
+    :func:`default_workload`), in arrival order."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, 12])
+    sessions = -(-requests // turns)
+    group = rng.integers(0, groups, sessions) if prefix_tokens else None
+    starts = rng.standard_exponential(sessions)
+    think = rng.standard_exponential(requests) * TURN_GAP_S
+    if math.isinf(rate):
+        starts = np.zeros(sessions)
+        think = np.zeros(requests)
+    else:
+        starts = np.cumsum(starts / (rate / turns))
+    if turns == 1:  # a shared prefix alone changes only the prompts
+        starts = arrivals
+    rows: list[tuple[float, int, int, int, int, int]] = []
+    k = 0
+    for s in range(sessions):
+        t = float(starts[s])
+        context = prefix_tokens
+        g = int(group[s]) if group is not None else -1
+        for _ in range(turns):
+            if k == requests:
+                break
+            p = context + int(user[k])
+            o = int(output[k])
+            rows.append((t, k, p, o, s, g))
+            context = p + o
+            t += float(think[k])
+            k += 1
+    rows.sort()
+    return {
+        "arrival_s": tuple(r[0] for r in rows),
+        "prompt_tokens": tuple(r[2] for r in rows),
+        "output_tokens": tuple(r[3] for r in rows),
+        "group": tuple(r[5] for r in rows) if prefix_tokens else (),
+        "session": tuple(r[4] for r in rows) if turns > 1 else (),
+        "prefix_tokens": prefix_tokens,
+    }
 
 
 # --------------------------------------------------------------------------- traces
