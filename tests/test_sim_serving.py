@@ -4,6 +4,7 @@ hand-computed runs of the memory model."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -187,3 +188,65 @@ def test_synthetic_prefixes_and_turns_share_exactly_what_they_say() -> None:
     assert [p - 256 for p in shared.prompt_tokens] == list(plain.prompt_tokens)
     assert shared.arrival_s == plain.arrival_s
     assert shared.output_tokens == plain.output_tokens
+
+
+MOONCAKE = """\
+{"timestamp": 0, "input_length": 1000, "output_length": 10, "hash_ids": [1, 2]}
+{"timestamp": 5000, "input_length": 1100, "output_length": 10, "hash_ids": [1, 2, 3]}
+{"timestamp": 9000, "input_length": 600, "output_length": 10, "hash_ids": [1, 4]}
+"""
+SESSIONS = """\
+arrival_s,prompt_tokens,output_tokens,session_id,prefix_id
+0,300,20,a,sys
+10,400,20,a,sys
+11,350,5,,sys
+"""
+
+
+def test_mooncake_hash_ids_share_equal_blocks(tmp_path: Any) -> None:
+    from chunked_prefill.sim import load_trace
+
+    path = tmp_path / "mooncake.jsonl"
+    path.write_text(MOONCAKE, encoding="utf-8")
+    wl = load_trace(path, time_unit="ms")
+    assert wl.hash_ids == ((1, 2), (1, 2, 3), (1, 4)) and wl.hash_block == 512
+    # Request 1 shares hashes 1 and 2 with request 0, whose prompt ends at 1000: 62 full
+    # blocks of 16 (block 62 holds request 0's output). Request 2 shares hash 1: 32 blocks.
+    results = {b: simulate_serving(wl, ServingSimConfig(), backend=b)[0] for b in ("rust", "pure")}
+    assert results["rust"].serving is not None
+    assert results["rust"].serving.prefix_hit_rate == (62 * 16 + 32 * 16) / 2700
+    assert results_to_json([results["rust"]]) == results_to_json([results["pure"]])
+
+
+def test_session_and_prefix_columns(tmp_path: Any) -> None:
+    from chunked_prefill.sim import load_trace
+
+    path = tmp_path / "sessions.csv"
+    path.write_text(SESSIONS, encoding="utf-8")
+    wl = load_trace(path, prefix_tokens=128)
+    assert wl.session == (0, 0, 1) and wl.group == (0, 0, 0) and wl.prefix_tokens == 128
+    # Turn 2 of session a finds turn 1's 319 held tokens as 19 full blocks; the third row
+    # (its own session) finds the 128-token prefix.
+    (r,) = simulate_serving(wl, ServingSimConfig())
+    assert r.serving is not None and r.serving.prefix_hit_rate == (304 + 128) / 1050
+
+
+def test_trace_sharing_errors(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from chunked_prefill.sim import cli
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        '{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1, -2]}\n',
+        encoding="utf-8",
+    )
+    assert cli.main(["--trace", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:1: field 'hash_ids[1]'" in err and err.rstrip().endswith("got -2")
+    plain = tmp_path / "plain.csv"
+    plain.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,2\n", encoding="utf-8")
+    assert cli.main(["--trace", str(plain), "--prefix-tokens", "8"]) == 2
+    assert "no prefix_id column" in capsys.readouterr().err
+    assert cli.main(["--hash-block", "16"]) == 2
+    assert "argument --hash-block: " in capsys.readouterr().err
+    assert cli.main(["--trace", str(plain), "--num-blocks", "1", "--block-size", "4"]) == 2
+    assert f"{plain}: data row 1: request 0" in capsys.readouterr().err

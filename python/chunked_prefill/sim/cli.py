@@ -159,8 +159,16 @@ def _configure(p: argparse.ArgumentParser) -> None:
         "--prefix-tokens",
         type=int_flag(0, MAX_TOKENS),
         metavar="N",
-        help="serving, synthetic only: every prompt starts with its group's N shared tokens,"
-        " like a system prompt, before the drawn length (default: 0)",
+        help="serving only: every prompt starts with its group's N shared tokens, like a"
+        " system prompt, before the drawn length; with --trace, rows with the same prefix_id"
+        " share their first N tokens (default: 0)",
+    )
+    w.add_argument(
+        "--hash-block",
+        type=int_flag(1, MAX_TOKENS),
+        metavar="N",
+        help="serving, --trace only: tokens per block hash of the trace's hash_ids column"
+        " (default: 512, Mooncake's)",
     )
     w.add_argument(
         "--prefix-groups",
@@ -422,16 +430,27 @@ def _workload(args: argparse.Namespace) -> Workload:
         for flag, value in (
             ("--rate", args.rate),
             ("--seed", args.seed),
-            ("--prefix-tokens", args.prefix_tokens),
             ("--prefix-groups", args.prefix_groups),
             ("--turns", args.turns),
         ):
             if value is not None:
                 raise UsageError(f"{flag} applies to the synthetic workload, not to --trace")
-        wl = load_trace(args.trace, time_unit=args.time_unit)
+        wl = load_trace(
+            args.trace,
+            time_unit=args.time_unit,
+            hash_block=args.hash_block or 512,
+            prefix_tokens=args.prefix_tokens or 0,
+        )
+        if args.prefix_tokens and not wl.group:
+            raise UsageError(
+                f"argument --prefix-tokens: {args.trace} has no prefix_id column to say"
+                " which rows share a prefix"
+            )
         if args.requests is not None:
             wl = wl.head(args.requests)
     else:
+        if args.hash_block is not None:
+            raise UsageError("argument --hash-block: applies to a --trace with hash_ids")
         if args.prefix_groups is not None and not args.prefix_tokens:
             raise UsageError("argument --prefix-groups: needs --prefix-tokens N (N > 0)")
         wl = default_workload(
@@ -528,6 +547,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 _SERVING_ONLY = (
+    ("--hash-block", "hash_block"),
     ("--prefix-tokens", "prefix_tokens"),
     ("--prefix-groups", "prefix_groups"),
     ("--turns", "turns"),

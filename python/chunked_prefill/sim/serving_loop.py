@@ -123,7 +123,7 @@ def run_loop(
         sampled = []
         for rid in batch.sampling_ids:
             if plan.known:
-                sampled.append(plan.token(rid, prompt[rid] + emitted[rid]))
+                sampled.append(plan.token(rid, prompt[rid] + emitted[rid], prompt[rid]))
             if emitted[rid] == 0:
                 rec["first_token"][rid] = now
             else:

@@ -31,7 +31,11 @@ def token_id(kind: int, key: int, pos: int) -> int:
 
 
 class TokenPlan:
-    """Where each request's token ids come from, as plain columns (see the module docs)."""
+    """Where each request's token ids come from, as plain columns (see the module docs).
+
+    Trace hashes: block ``k`` of ``hash_block`` prompt tokens comes from ``hash_ids[k]``,
+    so requests with equal hashes share those blocks and distinct hashes share nothing.
+    """
 
     def __init__(self, workload: Workload) -> None:
         n = len(workload)
@@ -59,11 +63,12 @@ class TokenPlan:
                 for i in range(n)
             ]
 
-    def token(self, i: int, pos: int) -> int:
-        """Request ``i``'s id at position ``pos``."""
+    def token(self, i: int, pos: int, prompt_len: int) -> int:
+        """Request ``i``'s id at position ``pos``, its prompt being ``prompt_len`` tokens
+        (trace hashes cover the prompt only)."""
         if pos < self.prefix_tokens and self.group and self.group[i] != NO_GROUP:
             return token_id(_GROUP, self.group[i], pos)
-        if self.hash_offsets and self.hash_block:
+        if self.hash_offsets and self.hash_block and pos < prompt_len:
             start, end = self.hash_offsets[i], self.hash_offsets[i + 1]
             block = pos // self.hash_block
             if block < end - start:
@@ -73,4 +78,4 @@ class TokenPlan:
 
     def prompt(self, i: int, length: int) -> list[int]:
         """Request ``i``'s first ``length`` ids."""
-        return [self.token(i, p) for p in range(length)]
+        return [self.token(i, p, length) for p in range(length)]

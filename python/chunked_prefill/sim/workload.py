@@ -506,6 +506,9 @@ FIELD_ALIASES: Mapping[str, tuple[str, ...]] = {
     ),
     "cached_tokens": ("cached_tokens", "num_cached_tokens", "prefix_cached_tokens"),
     "priority": ("priority",),
+    "hash_ids": ("hash_ids", "block_hashes", "prefix_hashes"),
+    "session_id": ("session_id", "session", "conversation_id", "conv_id", "chat_id"),
+    "prefix_id": ("prefix_id", "prefix_group", "system_prompt_id"),
 }
 """Column names accepted for each field. Matching ignores case, ``_``, ``-`` and spaces, so
 ``ContextTokens`` (Azure LLM inference traces), ``Request tokens`` (BurstGPT) and
@@ -557,6 +560,9 @@ class _Columns:
         self.output: list[int] = []
         self.cached: list[int] = []
         self.priority: list[int] = []
+        self.hash_ids: list[tuple[int, ...]] = []
+        self.session: list[str | None] = []
+        self.prefix: list[str | None] = []
         self.time_kind: str | None = None  # "number" or "datetime", fixed by the first row
 
 
@@ -724,11 +730,59 @@ def _add_row(
             high=I64_MAX,
             what=f"a whole number in [{I64_MIN}, {I64_MAX}]",
         )
+    hashes: tuple[int, ...] = ()
+    if "hash_ids" in values:
+        hashes = _parse_hashes(path, line, mapping["hash_ids"], values["hash_ids"])
     cols.arrival.append(arrival)
     cols.prompt.append(prompt)
     cols.output.append(output)
     cols.cached.append(cached)
     cols.priority.append(priority)
+    cols.hash_ids.append(hashes)
+    for canon, column in (("session_id", cols.session), ("prefix_id", cols.prefix)):
+        key = None
+        if canon in values:
+            raw = values[canon]
+            if not isinstance(raw, (str, int)) or isinstance(raw, bool):
+                raise TraceError(
+                    path, line, mapping[canon], f"expected a name or number, got {_show(raw)}"
+                )
+            key = str(raw).strip()
+        column.append(key)
+
+
+def _parse_hashes(path: str, line: int, col: str, raw: object) -> tuple[int, ...]:
+    """Block hashes: a JSON array of whole numbers, or (in CSV) such an array or numbers
+    separated by spaces, ``;`` or ``|``."""
+    items: list[object]
+    if isinstance(raw, list):
+        items = list(raw)
+    elif isinstance(raw, str) and not isinstance(raw, Number):
+        text = raw.strip()
+        if text.startswith("["):
+            try:
+                parsed = json_loads(text)
+            except ValueError:
+                raise TraceError(path, line, col, f"not a JSON array: {_show(raw)}") from None
+            if not isinstance(parsed, list):
+                raise TraceError(path, line, col, f"not a JSON array: {_show(raw)}")
+            items = list(parsed)
+        else:
+            items = [t for t in text.replace(";", " ").replace("|", " ").split() if t]
+    else:
+        raise TraceError(path, line, col, f"expected a list of block hashes, got {_show(raw)}")
+    return tuple(
+        _parse_int(
+            path,
+            line,
+            f"{col}[{k}]",
+            item,
+            low=0,
+            high=U64_MAX,
+            what="a block hash, a whole number in [0, 2**64 - 1]",
+        )
+        for k, item in enumerate(items)
+    )
 
 
 def _read_csv(path: str, text: str, unit: float, cols: _Columns) -> None:
@@ -798,6 +852,8 @@ def load_trace(
     *,
     time_unit: str = "s",
     format: str | None = None,
+    hash_block: int = 512,
+    prefix_tokens: int = 0,
 ) -> Workload:
     """Read a request trace from a CSV or JSON Lines file.
 
@@ -820,8 +876,17 @@ def load_trace(
     most 2**53 in ``time_unit``. JSON Lines records end at ``\\n`` (or ``\\r\\n``) only, and
     an object that names a key twice is an error. A CSV column that is not read may be of
     any length.
+
+    Sharing, for the serving scheduler's prefix cache: ``hash_ids`` (Mooncake's block
+    hashes of the prompt, ``hash_block`` tokens each: equal hashes are equal blocks),
+    ``session_id`` (rows of one session are turns of one token stream, each prompt
+    extending the last) and ``prefix_id`` (rows with one id share their first
+    ``prefix_tokens`` prompt tokens), all optional.
     """
     name = os.fspath(path)
+    for what, value, low in (("hash_block", hash_block, 1), ("prefix_tokens", prefix_tokens, 0)):
+        if type(value) is not int or not low <= value <= MAX_TOKENS:
+            raise ValueError(f"{what} must be an int in [{low}, {MAX_TOKENS}], got {value!r}")
     if time_unit not in _TIME_UNITS:
         raise ValueError(f"time_unit must be one of {sorted(_TIME_UNITS)}, got {time_unit!r}")
     try:
@@ -853,6 +918,18 @@ def load_trace(
     if cols.time_kind == "datetime":
         first = min(cols.arrival)
         cols.arrival = [a - first for a in cols.arrival]
+
+    def dense(keys: list[str | None], none: int) -> tuple[int, ...]:
+        index: dict[str, int] = {}
+        out = []
+        for k in keys:
+            out.append(none if k is None else index.setdefault(k, len(index)))
+        return tuple(out)
+
+    has_session = any(k is not None for k in cols.session)
+    has_prefix = any(k is not None for k in cols.prefix)
+    if has_session:  # rows without a session are sessions of their own
+        cols.session = [f"\0{i}" if k is None else k for i, k in enumerate(cols.session)]
     return Workload(
         arrival_s=tuple(cols.arrival),
         prompt_tokens=tuple(cols.prompt),
@@ -860,4 +937,9 @@ def load_trace(
         cached_tokens=tuple(cols.cached),
         priority=tuple(cols.priority),
         source=f"trace {name} ({len(cols.arrival)} requests)",
+        group=dense(cols.prefix, -1) if has_prefix else (),
+        session=dense(cols.session, -1) if has_session else (),
+        hash_ids=tuple(cols.hash_ids) if any(cols.hash_ids) else (),
+        prefix_tokens=prefix_tokens if has_prefix else 0,
+        hash_block=hash_block,
     )

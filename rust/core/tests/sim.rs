@@ -189,3 +189,22 @@ fn idle_time_jumps_to_the_next_arrival_and_the_kv_series_stays_bounded() {
     assert_eq!(out.gap_values, [1.0]);
     assert_eq!(out.gap_weights, [9_999]);
 }
+
+#[test]
+fn trace_block_hashes_share_equal_blocks_and_only_the_prompt() {
+    // Hashes of 32 tokens: request 1 shares hash 10 (tokens 0..32) with request 0 but not
+    // hash 11 (32..64): 2 blocks of 16 hit. Request 2's single hash 10 covers its whole
+    // 32-token prompt, whose last token is always computed: 1 block hits.
+    let mut wl = plain(&[0.0, 5.0, 10.0], &[64, 64, 32], &[1, 1, 1]);
+    wl.tokens = TokenPlan {
+        known: vec![true; 3],
+        hash_block: 32,
+        hash_offsets: vec![0, 2, 4, 5],
+        hash_ids: vec![10, 11, 10, 12, 10],
+        ..TokenPlan::default()
+    };
+    let out = simulate(&wl, config(64, 16)).unwrap();
+    assert_eq!(out.cached_tokens, [0, 32, 16]);
+    // Past the prompt, ids come from the request's own stream, not its last hash.
+    assert_ne!(wl.tokens.token(2, 40, 32), wl.tokens.token(0, 40, 64));
+}

@@ -238,8 +238,9 @@ impl Loop<'_> {
         for &id in batch.sampling_ids() {
             let r = id as usize;
             if known {
-                let pos = self.workload.prompt_tokens[r] + self.emitted[r];
-                self.sampled.push(plan.token(r, pos));
+                let prompt = self.workload.prompt_tokens[r];
+                self.sampled
+                    .push(plan.token(r, prompt + self.emitted[r], prompt));
             }
             if self.emitted[r] == 0 {
                 out.first_token[r] = self.now;

@@ -74,16 +74,18 @@ impl TokenPlan {
         self.known.get(i).copied().unwrap_or(false)
     }
 
-    /// The token id of request `i` at position `pos` (prompt or output).
+    /// The token id of request `i`, whose prompt has `prompt_len` tokens, at position `pos`
+    /// (prompt or output; trace hashes cover the prompt only).
     #[must_use]
-    pub fn token(&self, i: usize, pos: u64) -> u32 {
+    pub fn token(&self, i: usize, pos: u64, prompt_len: u64) -> u32 {
         if pos < self.prefix_tokens {
             let group = self.group.get(i).copied().unwrap_or(NO_GROUP);
             if group != NO_GROUP {
                 return token_id(GROUP, group, pos);
             }
         }
-        if let (Some(&from), Some(&to)) = (self.hash_offsets.get(i), self.hash_offsets.get(i + 1)) {
+        let hashes = (self.hash_offsets.get(i), self.hash_offsets.get(i + 1));
+        if let (Some(&from), Some(&to), true) = (hashes.0, hashes.1, pos < prompt_len) {
             if let Some(block) = pos.checked_div(self.hash_block) {
                 if block < (to - from) as u64 {
                     let hash = self.hash_ids[from + block as usize];
@@ -95,10 +97,10 @@ impl TokenPlan {
         token_id(SESSION, session, pos)
     }
 
-    /// The first `len` token ids of request `i`, into `out` (cleared first).
+    /// The prompt of request `i`, `len` token ids, into `out` (cleared first).
     pub fn fill(&self, i: usize, len: u64, out: &mut Vec<u32>) {
         out.clear();
-        out.extend((0..len).map(|pos| self.token(i, pos)));
+        out.extend((0..len).map(|pos| self.token(i, pos, len)));
     }
 }
 
