@@ -286,11 +286,22 @@ def require_matplotlib() -> None:
 
 
 def plot_title(results: Sequence[SimResult], workload: str | None = None) -> str:
-    """The figure's title: the workload (else the request count) and the engine(s)."""
+    """The figure's title: the workload (else the request count), the engine(s) with their
+    model and GPU, and the scheduler (with the KV pool for the serving scheduler)."""
+    from .serving import memory_of
+
     if workload is None:
         workload = f"{results[0].requests} requests" if results else "no results"
-    engines = list(dict.fromkeys(r.engine.name for r in results))
-    return f"{workload}\nengine: {', '.join(engines) or '-'}"
+    engines = []
+    for name in dict.fromkeys(r.engine.name for r in results):
+        memory = memory_of(name)
+        engines.append(f"{name} ({memory.model} on {memory.gpu})")
+    pools = sorted({r.serving.num_blocks for r in results if r.serving is not None})
+    if pools:
+        scheduler = f"serving scheduler, {', '.join(map(str, pools))} KV blocks"
+    else:
+        scheduler = "planner, no memory limit"
+    return f"{workload}\nengine: {', '.join(engines) or '-'}; scheduler: {scheduler}"
 
 
 def _tail(
@@ -310,12 +321,14 @@ def _tail(
 def latency_figure(results: Sequence[SimResult], *, workload: str | None = None) -> Figure:
     """A matplotlib figure of the TTFT and TBT distributions of every configuration.
 
-    The top row is the CDF (the body: medians and the usual case); the bottom row is the
+    The top row is the CDF (the body: medians and the usual case); the second row is the
     tail, the fraction of samples at or above each latency on a log axis, where p99 (the
     1e-2 line), p99.9 and the maximum (the last point of each curve) are as far apart as
-    they are in time, and the TBT panel marks the stall threshold. The title names the
-    ``workload`` (a description such as ``Workload.source``; else the request count) and
-    the engine. The caller closes the figure (``matplotlib.pyplot.close(fig)``).
+    they are in time, and the TBT panel marks the stall threshold. Serving-scheduler
+    results add a third row: KV-cache usage over time. The title names the ``workload``
+    (a description such as ``Workload.source``; else the request count), the engine with
+    its model and GPU, and the scheduler. The caller closes the figure
+    (``matplotlib.pyplot.close(fig)``).
     """
     require_matplotlib()
     import matplotlib
@@ -323,8 +336,15 @@ def latency_figure(results: Sequence[SimResult], *, workload: str | None = None)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5), sharex="col")
-    (ax_ttft, ax_tbt), (tail_ttft, tail_tbt) = axes
+    serving = bool(results) and all(r.serving is not None for r in results)
+    fig = plt.figure(figsize=(12, 12.5 if serving else 8.5))
+    grid = fig.add_gridspec(3 if serving else 2, 2)
+    ax_ttft = fig.add_subplot(grid[0, 0])
+    ax_tbt = fig.add_subplot(grid[0, 1])
+    tail_ttft = fig.add_subplot(grid[1, 0], sharex=ax_ttft)
+    tail_tbt = fig.add_subplot(grid[1, 1], sharex=ax_tbt)
+    if serving:
+        _kv_panel(fig.add_subplot(grid[2, :]), results)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for index, (r, label) in enumerate(zip(results, short_labels(results))):
         color = colors[index % len(colors)]
@@ -366,6 +386,31 @@ def latency_figure(results: Sequence[SimResult], *, workload: str | None = None)
     fig.suptitle(plot_title(results, workload))
     fig.tight_layout()
     return fig
+
+
+def _kv_panel(ax: Any, results: Sequence[SimResult]) -> None:
+    """KV-cache usage over time, one line per configuration (the serving scheduler's)."""
+    import matplotlib.pyplot as plt
+
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for index, (r, label) in enumerate(zip(results, short_labels(results))):
+        s = r.serving
+        if s is None or not s.kv_series_t.size:
+            continue
+        used = s.kv_series_blocks.astype(float) / s.num_blocks
+        ax.plot(
+            s.kv_series_t,
+            used,
+            color=colors[index % len(colors)],
+            linewidth=0.8,
+            label=f"{label} ({s.preemptions} preemptions)",
+        )
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("simulated time, s")
+    ax.set_ylabel("KV blocks in use (fraction of the pool)")
+    ax.set_title("KV-cache usage over time")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small", loc="lower right")
 
 
 def plot_cdfs(results: Sequence[SimResult], path: str, *, workload: str | None = None) -> None:
