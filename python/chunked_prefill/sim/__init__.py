@@ -11,7 +11,10 @@ returns one :class:`SimResult` per configuration::
     for r in results:
         print(r.config.label(), r.ttft_s.p99, r.tbt_s.p99, r.tbt_s.max)
 
-The command line is ``chunked-prefill simulate`` (see :mod:`chunked_prefill.sim.cli`).
+:func:`simulate_serving` runs the serving scheduler instead, memory-true (KV-block pool,
+prefix caching, preemption), its loop in the Rust core; it is what the command line does
+by default. The command line is ``chunked-prefill simulate`` (see
+:mod:`chunked_prefill.sim.cli`).
 """
 
 from __future__ import annotations

@@ -82,13 +82,17 @@ MAX_STEPS_LIMIT = 10**12
 """The largest ``--max-steps``."""
 
 _DESCRIPTION = """\
-Replay a workload through the real chunked-prefill Scheduler against a step-latency model
-of the engine, and report the TTFT, TBT and end-to-end latency each configuration gives.
-TBT (time between tokens) is what vLLM's benchmarks call ITL (inter-token latency).
+Replay a workload through a real scheduler against a model of the engine (step latency and
+KV-cache memory), and report the TTFT, TBT, end-to-end latency, queueing, preemptions,
+prefix-cache hits, KV usage and goodput each configuration gives. By default the serving
+scheduler (KV-block pool, prefix caching, preemption) runs in the Rust core's loop;
+--scheduler planner runs the original planner without a memory limit. TBT (time between
+tokens) is what vLLM's benchmarks call ITL (inter-token latency).
 
 With no arguments: the embedded synthetic chat workload (1000 requests, Poisson arrivals
-at 6 req/s, heavy-tailed prompt and output lengths) on Llama-2-7B / A100 coefficients,
-comparing chunk sizes 256, 512, 2048 and none (whole prompts in one step).
+at 6 req/s, heavy-tailed prompt and output lengths) on Llama-2-7B / A100 coefficients
+with the KV pool its 80 GB leave, comparing chunk sizes 256, 512, 2048 and none (whole
+prompts in one step) under a 2048-token budget.
 
 Every scheduler option takes a comma list; the configurations run are the cross product
 of all lists (options that do not apply are dropped, duplicates removed)."""
@@ -97,8 +101,9 @@ _EPILOG = f"""\
 step time model: max(t_min, c0 + c_tok*(prefill+decode tokens)) + c_attn*(prefill
 (query, key) pairs) + c_kv*(context tokens of the decode requests), in seconds.
 Trace columns: arrival_s, prompt_tokens, output_tokens (+ optional cached_tokens,
-priority); common public-trace names are accepted as aliases. Token counts are whole
-numbers up to {MAX_TOKENS} (2**63 - 1); arrival times up to 2**53 in --time-unit.
+priority, hash_ids, session_id, prefix_id); common public-trace names are accepted as
+aliases. Token counts are whole numbers up to {MAX_TOKENS} (2**63 - 1); arrival
+times up to 2**53 in --time-unit.
 
 Every bad input is one line 'chunked-prefill simulate: error: ...' on stderr and exit
 status 2, before anything is simulated."""
@@ -736,6 +741,12 @@ def _run_serving(args: argparse.Namespace) -> int:
             if line not in lines:
                 lines.append(line)
                 console.print(f"[bold]KV cache[/]: {line}", highlight=False)
+        if any(workload.cached_tokens):
+            console.print(
+                "[dim]note: the serving scheduler finds prefix-cache hits itself and ignores"
+                " the trace's cached_tokens column (--scheduler planner honours it)[/]",
+                highlight=False,
+            )
     started = time.perf_counter()
     results = simulate_serving(
         workload,
