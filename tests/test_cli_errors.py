@@ -241,6 +241,7 @@ def test_count_flags_above_u64(
         (["--slo-tbt", "nan"], ["argument --slo-tbt: ", "'nan'"]),
         (["--scheduler", "fifo"], ["argument --scheduler: ", "'fifo'"]),
         (["--turns", "0"], ["argument --turns: ", "'0'"]),
+        (["--max-steps", "1000"], ["argument --max-steps: ", "needs at least", "decode steps"]),
         (["--prefix-tokens", "-1"], ["argument --prefix-tokens: ", "'-1'"]),
         (["--prefix-groups", "4"], ["argument --prefix-groups: ", "--prefix-tokens"]),
         (["--scheduler", "planner", "--turns", "2"], ["argument --turns: ", "serving"]),

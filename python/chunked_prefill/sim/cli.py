@@ -42,6 +42,7 @@ from .serving import (
     check_fits,
     expand_serving_configs,
     memory_of,
+    min_serving_steps,
     resolve_configs,
     simulate_serving,
 )
@@ -727,6 +728,9 @@ def _run_serving(args: argparse.Namespace) -> int:
                 f"{_serving_flags(cfg)}: {text}; raise --num-blocks or"
                 " --gpu-memory-utilization, or shorten the request"
             ) from None
+        steps, reason = min_serving_steps(workload, options)
+        if steps > args.max_steps:
+            raise StepLimitError(cfg, steps, args.max_steps, reason, estimated=True)
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(width=160)

@@ -44,6 +44,7 @@ __all__ = [
     "default_num_blocks",
     "expand_serving_configs",
     "memory_of",
+    "min_serving_steps",
     "resolve_configs",
     "simulate_serving",
 ]
@@ -187,6 +188,23 @@ def resolve_configs(
     return out
 
 
+def min_serving_steps(workload: Workload, options: dict[str, Any]) -> tuple[int, str]:
+    """A lower bound of the steps a serving run takes, and why, found in one pass: the
+    longest output (a prefill step, then one step per further token; prefix-cache hits may
+    leave a prompt a single step) and all decode tokens at ``max_running`` per step."""
+    chain, chain_of, total_decode = 0, 0, 0
+    for i, o in enumerate(workload.output_tokens):
+        total_decode += o - 1
+        if o > chain:
+            chain, chain_of = o, i
+    width = options["max_running"]
+    bounds = [
+        (chain, f"request {chain_of} alone takes a prefill step, then {chain - 1} decode steps"),
+        (-(-total_decode // width), f"{total_decode} decode tokens, at most {width} per step"),
+    ]
+    return max(bounds, key=lambda b: b[0])
+
+
 def _bytes(values: Sequence[Any], dtype: str) -> bytes:
     import numpy as np
 
@@ -272,9 +290,12 @@ def simulate_serving(
     resolved = resolve_configs(
         workload, cfg_list, engine, num_blocks, memory, gpu_memory_utilization
     )
-    for options in resolved:
+    for cfg, options in zip(cfg_list, resolved):
         ServingConfig(**options)  # the scheduler's own checks, before anything runs
         check_fits(workload, options)
+        steps, reason = min_serving_steps(workload, options)
+        if steps > max_steps:
+            raise StepLimitError(cfg, steps, max_steps, reason, estimated=True)
     results = []
     for cfg, options in zip(cfg_list, resolved):
         try:
