@@ -476,15 +476,21 @@ fn every_batch_awaits_its_update_and_refused_updates_change_nothing() {
                 step_index: 1,
             },
         ),
+        // A repeat anywhere is found before an untracked id (as the twin's test pins).
         (
             TokenIds::None,
             &[2, 9, 2],
-            CoreError::UnknownRequest { request_id: 9 },
+            CoreError::FinishedDuplicate { request_id: 2 },
         ),
         (
             TokenIds::None,
             &[2, 2, 9],
             CoreError::FinishedDuplicate { request_id: 2 },
+        ),
+        (
+            TokenIds::None,
+            &[2, 9],
+            CoreError::UnknownRequest { request_id: 9 },
         ),
     ] {
         let got = if matches!(err, CoreError::BatchStale { .. }) {
@@ -610,6 +616,29 @@ fn a_huge_pool_costs_only_the_blocks_it_uses() {
     s.update(&batch, TokenIds::None, &[]).unwrap();
     s.check_invariants().unwrap();
     assert_eq!(s.num_free_blocks(), usize::MAX - (1 << 14));
+    // It now holds 2**64 tokens, past u64, and decodes on; a second request hits nothing.
+    s.add_request(2, Prompt::Tokens(vec![1; 3]), 2, 0, 0)
+        .unwrap();
+    let batch = plan(
+        &mut s,
+        &[
+            (1, u128::from(u64::MAX), 1, vec![]),
+            (2, 0, 3, vec![1 << 14]),
+        ],
+    );
+    assert_eq!(s.request(1).unwrap().num_tokens, 1 << 64);
+    s.update(&batch, TokenIds::None, &[1]).unwrap();
+    s.check_invariants().unwrap();
+    // 1 finished (named in `finished`) and 2 holds one block. An export that cannot be
+    // listed in memory is refused rather than aborting.
+    assert_eq!(s.num_free_blocks(), usize::MAX - 1);
+    assert_eq!(
+        s.to_state().unwrap_err().to_string(),
+        format!(
+            "free_queue: {} entries do not fit in memory",
+            usize::MAX - 1
+        )
+    );
 }
 
 /// The shape the Python benchmark times: 256 decoding requests, then 1000 waiting

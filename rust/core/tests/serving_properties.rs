@@ -260,3 +260,115 @@ proptest! {
         run(cfg, ops);
     }
 }
+
+/// Extreme values everywhere (counts up to `usize::MAX`, prompts up to `u64::MAX` tokens,
+/// ids, priorities and salts at their bounds): no operation panics (the tests run in debug
+/// builds, so an arithmetic overflow would), refused calls change nothing, and the
+/// invariants hold. Block sizes stay huge so that no request needs more than 2**15 blocks.
+fn extreme_config() -> impl Strategy<Value = ServingConfig> {
+    let count = || prop::sample::select(vec![1_usize, 2, 3, 1 << 40, usize::MAX - 1, usize::MAX]);
+    (
+        count(),
+        prop::sample::select(vec![1_usize << 50, 1 << 62, usize::MAX]),
+        count(),
+        count(),
+        count(),
+        any::<bool>(),
+        prop::sample::select(vec![0.0, 0.5, 0.999_999_999_999]),
+        any::<bool>(),
+    )
+        .prop_filter_map(
+            "budget above 1",
+            |(num_blocks, block_size, budget, chunk, prefills, full, watermark, caching)| {
+                (budget > 1).then(|| ServingConfig {
+                    num_blocks,
+                    block_size,
+                    token_budget: budget,
+                    chunk_size: chunk,
+                    max_prefills_per_step: prefills,
+                    max_running: if full { budget - 1 } else { 1 },
+                    watermark,
+                    prefix_caching: caching,
+                })
+            },
+        )
+}
+
+#[derive(Debug, Clone)]
+enum Extreme {
+    Add(u64, u64, u64, i64, u64, bool),
+    Step(bool, Vec<u64>),
+    Abort(u64),
+}
+
+fn extreme_op() -> impl Strategy<Value = Extreme> {
+    let id = || prop::sample::select(vec![0_u64, 1, u64::MAX]);
+    let big = || prop::sample::select(vec![1_u64, 2, 1 << 40, 1 << 63, u64::MAX]);
+    prop_oneof![
+        (
+            id(),
+            big(),
+            big(),
+            prop::sample::select(vec![i64::MIN, 0, i64::MAX]),
+            prop::sample::select(vec![0, u64::MAX]),
+            any::<bool>()
+        )
+            .prop_map(|(a, b, c, d, e, f)| Extreme::Add(a, b, c, d, e, f)),
+        (any::<bool>(), prop::collection::vec(id(), 0..3))
+            .prop_map(|(tokens, finished)| Extreme::Step(tokens, finished)),
+        id().prop_map(Extreme::Abort),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256)
+    ))]
+
+    #[test]
+    fn extreme_values_never_panic(
+        cfg in extreme_config(),
+        ops in prop::collection::vec(extreme_op(), 1..24),
+    ) {
+        let Ok(mut s) = ServingScheduler::new(cfg) else { return Ok(()) };
+        for op in ops {
+            let before = (s.len(), s.num_free_blocks(), s.step_index(), s.num_waiting());
+            let refused = match op {
+                Extreme::Add(id, len, max_new, priority, salt, known) => {
+                    // Token prompts stay small; int prompts take any length.
+                    let prompt = if known {
+                        Prompt::Tokens(vec![u32::MAX, 0, 7][..(len % 4) as usize].to_vec())
+                    } else {
+                        Prompt::Length(len)
+                    };
+                    s.add_request(id, prompt, max_new, priority, salt).is_err()
+                }
+                Extreme::Step(tokens, finished) => {
+                    let batch = s.schedule().unwrap().clone();
+                    let ids: Vec<u32> = vec![u32::MAX; batch.sampling_ids().len()];
+                    let ids = if tokens { TokenIds::Aligned(&ids) } else { TokenIds::None };
+                    if s.update(&batch, ids, &finished).is_err() {
+                        s.update(&batch, TokenIds::None, &[]).unwrap();
+                    }
+                    false
+                }
+                Extreme::Abort(id) => s.abort(id).is_err(),
+            };
+            if refused {
+                let after = (s.len(), s.num_free_blocks(), s.step_index(), s.num_waiting());
+                prop_assert_eq!(after, before);
+            }
+            s.check_invariants().unwrap();
+            let small = s.num_free_blocks() < 1 << 16
+                && (0..2).chain([u64::MAX]).all(|id| {
+                    s.request(id).map_or(true, |r| r.num_tokens < 1 << 16)
+                });
+            if let (true, Ok(state)) = (small, s.to_state()) {
+                {
+                    let restored = ServingScheduler::from_state(state.clone()).unwrap();
+                    prop_assert_eq!(restored.to_state().unwrap(), state);
+                }
+            }
+        }
+    }
+}

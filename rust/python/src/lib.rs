@@ -7,20 +7,28 @@
 //!
 //! One module per family: `convert` (argument conversion and errors, shared by every
 //! class), `config` (`Config`), `values` (`Chunk`, `Step`), `state`
-//! (`PrefillChunkState`), `scheduler` (`Scheduler`) and `sim` (`simulate_serving`, the
-//! simulation loop).
+//! (`PrefillChunkState`), `scheduler` (`Scheduler`), the `serving*` modules (the serving
+//! scheduler's classes) and `sim` (`simulate_serving`, the simulation loop).
 
 use pyo3::prelude::*;
 
 mod config;
 mod convert;
 mod scheduler;
+mod serving;
+mod serving_args;
+mod serving_config;
+mod serving_state;
+mod serving_values;
 mod sim;
 mod state;
 mod values;
 
 use config::PyConfig;
 use scheduler::PyScheduler;
+use serving::PyServingScheduler;
+use serving_config::PyServingConfig;
+use serving_values::{PyBatch, PyBatchItem, PyRequestView};
 use state::PyPrefillChunkState;
 use values::{PyChunk, PyStep};
 
@@ -40,6 +48,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyStep>()?;
     m.add_class::<PyPrefillChunkState>()?;
     m.add_class::<PyScheduler>()?;
+    m.add_class::<PyServingConfig>()?;
+    m.add_class::<PyBatchItem>()?;
+    m.add_class::<PyBatch>()?;
+    m.add_class::<PyRequestView>()?;
+    m.add_class::<PyServingScheduler>()?;
     m.add_function(wrap_pyfunction!(sim::simulate_serving, m)?)?;
     Ok(())
 }

@@ -190,14 +190,13 @@ impl Request {
         from_prompt.iter().copied().chain(generated).take(len)
     }
 
-    /// Prompt and generated tokens, `None` where unknown (for the state export).
-    pub(crate) fn tokens(&self) -> Vec<Option<u32>> {
-        let mut tokens = match &self.prompt {
-            PromptIds::Known(ids) => ids.iter().map(|&id| Some(id)).collect(),
-            PromptIds::Unknown(len) => vec![None; *len as usize],
-        };
-        tokens.extend_from_slice(&self.generated);
-        tokens
+    /// Append prompt and generated tokens, `None` where unknown (for the state export).
+    pub(crate) fn tokens(&self, out: &mut Vec<Option<u32>>) {
+        match &self.prompt {
+            PromptIds::Known(ids) => out.extend(ids.iter().map(|&id| Some(id))),
+            PromptIds::Unknown(len) => out.resize(*len as usize, None),
+        }
+        out.extend_from_slice(&self.generated);
     }
 
     pub(crate) fn view(&self) -> RequestView {

@@ -75,6 +75,29 @@ fn blocks_for(tokens: u128, block_size: usize) -> usize {
     usize::try_from(tokens.div_ceil(block_size as u128)).unwrap_or(usize::MAX)
 }
 
+/// The tokens `blocks` full blocks hold (in u128: a count of huge blocks can pass `usize`).
+fn tokens_in(blocks: usize, block_size: usize) -> u128 {
+    blocks as u128 * block_size as u128
+}
+
+/// The longest chain of cached full blocks of `request`, leaving at least one token to
+/// compute, into `hits`.
+fn cached_prefix(
+    pool: &BlockPool,
+    request: &mut Request,
+    block_size: usize,
+    hits: &mut Vec<usize>,
+) {
+    let most =
+        usize::try_from((request.num_tokens() - 1) / block_size as u128).unwrap_or(usize::MAX);
+    for block in 0..request.chain(most, block_size) {
+        match pool.lookup(&request.hash(block)) {
+            Some(hit) => hits.push(hit),
+            None => break,
+        }
+    }
+}
+
 /// `min(left, chunk_size, budget left)`.
 fn chunk(left: u128, chunk_size: usize, budget: usize) -> usize {
     let cap = chunk_size.min(budget);
@@ -352,7 +375,7 @@ impl ServingScheduler {
             let id = self.running[at].2;
             let request = &self.requests[&id];
             if request.left() == 1 {
-                let needs = request.num_computed == (block_size * request.table.len()) as u128;
+                let needs = request.num_computed == tokens_in(request.table.len(), block_size);
                 if !self.make_room(id, usize::from(needs), room) {
                     break; // it was the worst-ranked: nothing follows it
                 }
@@ -420,18 +443,11 @@ impl ServingScheduler {
             let mut hits = std::mem::take(&mut self.hits);
             hits.clear();
             let Some(request) = self.requests.get_mut(&id) else {
+                self.hits = hits;
                 break;
             };
-            // Its longest chain of cached full blocks, leaving at least one token to compute.
             if self.config.prefix_caching {
-                let most = usize::try_from((request.num_tokens() - 1) / block_size as u128)
-                    .unwrap_or(usize::MAX);
-                for block in 0..request.chain(most, block_size) {
-                    match self.pool.lookup(&request.hash(block)) {
-                        Some(hit) => hits.push(hit),
-                        None => break,
-                    }
-                }
+                cached_prefix(&self.pool, request, block_size, &mut hits);
             }
             let free_hits = hits.iter().filter(|&&b| self.pool.ref_count(b) == 0);
             let free = (self.pool.num_free() - free_hits.count()) as u128;
@@ -444,7 +460,7 @@ impl ServingScheduler {
 
             self.waiting.pop();
             self.num_waiting -= 1;
-            let cached = (hits.len() * block_size) as u128;
+            let cached = tokens_in(hits.len(), block_size);
             for &hit in &hits {
                 self.pool.take_hit(hit);
             }
@@ -542,7 +558,7 @@ impl ServingScheduler {
             is_prefill,
             samples: start + tokens as u128 == request.num_tokens(),
             new_blocks,
-            cached_tokens: (hits.len() * self.config.block_size) as u128,
+            cached_tokens: tokens_in(hits.len(), self.config.block_size),
         });
     }
 
@@ -587,8 +603,8 @@ impl ServingScheduler {
     ///
     /// Checked before any change, in this order: [`CoreError::BatchNotPending`],
     /// [`CoreError::BatchStale`], [`CoreError::TokenIdsLength`] or
-    /// [`CoreError::TokenIdsNotSampled`], then per entry of `finished`
-    /// [`CoreError::FinishedDuplicate`] and [`CoreError::UnknownRequest`].
+    /// [`CoreError::TokenIdsNotSampled`], then [`CoreError::FinishedDuplicate`] for the first
+    /// repeat in `finished`, then [`CoreError::UnknownRequest`] for its first untracked id.
     pub fn update(
         &mut self,
         batch: &Batch,
@@ -678,13 +694,15 @@ impl ServingScheduler {
                 }
             }
         }
+        // Every repeat before any unknown id: a repeat is a fault of the argument alone (as
+        // the twin finds it while converting `finished`), an unknown id one of the state.
         for &request_id in finished {
             if !self.finished_set.insert(request_id) {
                 return Err(CoreError::FinishedDuplicate { request_id });
             }
-            if !self.requests.contains_key(&request_id) {
-                return Err(CoreError::UnknownRequest { request_id });
-            }
+        }
+        if let Some(&request_id) = finished.iter().find(|id| !self.requests.contains_key(id)) {
+            return Err(CoreError::UnknownRequest { request_id });
         }
         Ok(())
     }

@@ -70,7 +70,9 @@ impl ServingScheduler {
     ///
     /// # Errors
     ///
-    /// [`CoreError::StateBatchPending`] while a batch awaits `update`.
+    /// [`CoreError::StateBatchPending`] while a batch awaits `update`;
+    /// [`CoreError::StateRule`] naming `free_queue` or a request's `tokens` when that list
+    /// cannot be allocated (a pool or an int prompt of astronomical size).
     pub fn to_state(&self) -> Result<ServingState, CoreError> {
         if let Some(batch) = self.pending_batch() {
             return Err(CoreError::StateBatchPending {
@@ -79,13 +81,19 @@ impl ServingScheduler {
         }
         let mut requests: Vec<&Request> = self.requests.values().collect();
         requests.sort_unstable_by_key(|request| request.seq);
+        let requests = (requests.into_iter().enumerate())
+            .map(|(at, request)| request.record(at))
+            .collect::<Result<_, _>>()?;
+        let mut free_queue = Vec::new();
+        reserve(&mut free_queue, self.pool.num_free(), "free_queue")?;
+        free_queue.extend(self.pool.free_queue());
         Ok(ServingState {
             config: self.config().clone(),
             step_index: self.step_index(),
             num_preemptions: self.num_preemptions(),
             num_cached_tokens: self.num_cached_tokens(),
-            requests: requests.into_iter().map(Request::record).collect(),
-            free_queue: self.pool.free_queue().collect(),
+            requests,
+            free_queue,
             block_hashes: self.pool.hashes().collect(),
         })
     }
@@ -307,21 +315,32 @@ impl ServingScheduler {
     }
 }
 
+/// Make room for `len` entries of an export without aborting the process when a pool or an
+/// int prompt is too large to list in memory.
+fn reserve<T>(list: &mut Vec<T>, len: usize, path: &str) -> Result<(), CoreError> {
+    list.try_reserve_exact(len)
+        .map_err(|_| rule(path, format!("{len} entries do not fit in memory")))
+}
+
 impl Request {
-    fn record(&self) -> RequestRecord {
-        RequestRecord {
+    fn record(&self, at: usize) -> Result<RequestRecord, CoreError> {
+        let len = usize::try_from(self.num_tokens()).unwrap_or(usize::MAX);
+        let mut tokens = Vec::new();
+        reserve(&mut tokens, len, &format!("requests[{at}].tokens"))?;
+        self.tokens(&mut tokens);
+        Ok(RequestRecord {
             request_id: self.id,
             priority: self.priority,
             cache_salt: self.cache_salt,
             max_new_tokens: self.max_new_tokens,
             prompt_len: self.prompt_len(),
-            tokens: self.tokens(),
+            tokens,
             num_computed: self.num_computed,
             state: self.state,
             block_table: self.table.clone(),
             num_preemptions: self.num_preemptions,
             num_cached_tokens: self.num_cached_tokens,
-        }
+        })
     }
 
     /// A request from a checked record.
