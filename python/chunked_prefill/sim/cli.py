@@ -724,9 +724,10 @@ def _run_serving(args: argparse.Namespace) -> int:
             if args.trace is not None:
                 index = int(text.split()[1])
                 text = f"{args.trace}: data row {index + 1}: {text}"
+            lower = ", lower --watermark" if cfg.watermark else ""
             raise UsageError(
                 f"{_serving_flags(cfg)}: {text}; raise --num-blocks or"
-                " --gpu-memory-utilization, or shorten the request"
+                f" --gpu-memory-utilization{lower}, or shorten the request"
             ) from None
         steps, reason = min_serving_steps(workload, options)
         if steps > args.max_steps:

@@ -303,7 +303,8 @@ class SimResult:
     finish: npt.NDArray[np.float64] = field(repr=False, compare=False)
     """Per request: when its last token was emitted."""
     prefilled: npt.NDArray[np.int64] = field(repr=False, compare=False)
-    """Per request: prompt tokens it was given in chunks."""
+    """Per request: prompt tokens it was given in chunks (planner runs; zeros for serving
+    runs, whose per-request figures are in ``serving``)."""
     tbt_gaps: npt.NDArray[np.float64] = field(repr=False, compare=False)
     """TBT gap values; gap ``i`` occurred ``tbt_weights[i]`` times."""
     tbt_weights: npt.NDArray[np.int64] = field(repr=False, compare=False)
