@@ -250,3 +250,22 @@ def test_trace_sharing_errors(tmp_path: Any, capsys: pytest.CaptureFixture[str])
     assert "argument --hash-block: " in capsys.readouterr().err
     assert cli.main(["--trace", str(plain), "--num-blocks", "1", "--block-size", "4"]) == 2
     assert f"{plain}: data row 1: request 0" in capsys.readouterr().err
+
+
+def test_slo_attainment_and_goodput_by_hand() -> None:
+    # The preemption case above: A has TTFT 1 s and TPOT (5 - 1) / 4 = 1 s, every gap 1 s;
+    # B has TTFT 1 s, TPOT (9 - 1) / 4 = 2 s and one 5 s gap. The run spans 9 s.
+    wl = Workload((0.0, 0.0), (4, 4), (5, 5))
+    cfg = ServingSimConfig(chunk_size=64, token_budget=64, max_running=8, block_size=4)
+
+    def run(**slo: float) -> tuple[float | None, float | None]:
+        (r,) = simulate_serving(wl, cfg, engine=ONE_SECOND, num_blocks=3, **slo)  # type: ignore[arg-type]
+        assert r.serving is not None
+        return r.serving.slo_attainment, r.serving.goodput_rps
+
+    assert run(slo_ttft_s=1.0) == (1.0, 2 / 9)
+    assert run(slo_ttft_s=1.0, slo_tpot_s=1.5) == (0.5, 1 / 9)
+    assert run(slo_tpot_s=2.0) == (1.0, 2 / 9)
+    assert run(slo_tpot_s=2.0, slo_tbt_s=4.0) == (0.5, 1 / 9)
+    assert run(slo_tbt_s=0.5) == (0.0, 0.0)
+    assert run() == (None, None)
