@@ -662,24 +662,7 @@ def _run(args: argparse.Namespace) -> int:
             max_steps=args.max_steps,
         )
     wall = time.perf_counter() - started
-    if args.plot is not None:
-        from .report import plot_cdfs
-
-        plot_cdfs(results, args.plot, workload=workload.source)
-    if args.json:
-        sys.stdout.write(results_to_json(results) + "\n")
-        sys.stdout.flush()
-        return 0
-    print_table(results, console)
-    if not args.quiet:
-        console.print(
-            f"[dim]{len(configs)} configuration(s) x {len(workload)} requests simulated in"
-            f" {wall:.2f} s wall time ({backend_name(module)} backend)"
-            + (f"; plot written to {args.plot}" if args.plot else "")
-            + "[/]",
-            highlight=False,
-        )
-    return 0
+    return _report(args, console, results, workload, wall, f"{backend_name(module)} backend")
 
 
 def _serving_backend(name: str) -> str:
@@ -767,6 +750,18 @@ def _run_serving(args: argparse.Namespace) -> int:
         max_steps=args.max_steps,
     )
     wall = time.perf_counter() - started
+    return _report(args, console, results, workload, wall, f"serving scheduler, {backend} loop")
+
+
+def _report(
+    args: argparse.Namespace,
+    console: Any,
+    results: Sequence[Any],
+    workload: Workload,
+    wall: float,
+    how: str,
+) -> int:
+    """Write the results of either scheduler: the plot, then JSON or the table."""
     if args.plot is not None:
         from .report import plot_cdfs
 
@@ -778,8 +773,8 @@ def _run_serving(args: argparse.Namespace) -> int:
     print_table(results, console)
     if not args.quiet:
         console.print(
-            f"[dim]{len(configs)} configuration(s) x {len(workload)} requests simulated in"
-            f" {wall:.2f} s wall time (serving scheduler, {backend} loop)"
+            f"[dim]{len(results)} configuration(s) x {len(workload)} requests simulated in"
+            f" {wall:.2f} s wall time ({how})"
             + (f"; plot written to {args.plot}" if args.plot else "")
             + "[/]",
             highlight=False,
