@@ -2,7 +2,8 @@
 
 The top-level names come from the Rust extension (``chunked_prefill._core``) unless the
 environment variable ``CHUNKED_PREFILL_BACKEND`` is ``pure``, which selects the
-pure-Python twin (``chunked_prefill.pure``). ``BACKEND`` says which one is in use.
+pure-Python twin (``chunked_prefill.pure`` and ``chunked_prefill.pure_serving``).
+``BACKEND`` says which one is in use.
 """
 
 from __future__ import annotations
@@ -23,6 +24,24 @@ if _requested == "rust":
         Step,
         __version__,
     )
+
+    # TODO(lead): remove fallback once the binding lands
+    try:
+        from ._core import (  # type: ignore[attr-defined]
+            Batch,
+            BatchItem,
+            RequestView,
+            ServingConfig,
+            ServingScheduler,
+        )
+    except ImportError:
+        from .pure_serving import (
+            Batch,
+            BatchItem,
+            RequestView,
+            ServingConfig,
+            ServingScheduler,
+        )
 elif _requested == "pure":
     from .pure import (  # type: ignore[assignment]
         I64_MAX,
@@ -35,6 +54,13 @@ elif _requested == "pure":
         Scheduler,
         Step,
         __version__,
+    )
+    from .pure_serving import (
+        Batch,
+        BatchItem,
+        RequestView,
+        ServingConfig,
+        ServingScheduler,
     )
 else:
     _given = os.environ["CHUNKED_PREFILL_BACKEND"]
@@ -54,13 +80,18 @@ __all__ = [
     "I64_MIN",
     "STATE_VERSION",
     "U64_MAX",
+    "Batch",
+    "BatchItem",
     "Chunk",
     "ChunkedPrefillConfig",
     "ChunkedPrefillScheduler",
     "ChunkedStep",
     "Config",
     "PrefillChunkState",
+    "RequestView",
     "Scheduler",
+    "ServingConfig",
+    "ServingScheduler",
     "Step",
     "__version__",
 ]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import operator
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -153,3 +155,83 @@ def reject_config(name: str, value: object) -> NoReturn:
 def reject_chunk(name: str, value: object) -> NoReturn:
     """Raise the ``TypeError`` for an item of ``chunks`` that is not a ``Chunk``."""
     raise type_error("not_chunk", name, value)
+
+
+U32_MAX = (1 << 32) - 1
+
+
+def as_token(name: str, value: object) -> int:
+    """Return ``value`` as a token id in ``0..=2**32-1``; any int outside it (negative or
+    above 2**64 alike) is the ``ValueError`` ``token_id_range``."""
+    if type(value) is int and 0 <= value <= U32_MAX:
+        return value
+    v = _index(name, value)
+    if not 0 <= v <= U32_MAX:
+        raise ValueError(message("token_id_range", name=name, value=v))
+    return v
+
+
+def _numpy_array(value: object) -> Any:
+    """``value`` if it is a numpy array, else ``None`` (numpy is not imported for this)."""
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(value, np.ndarray):
+        return value
+    return None
+
+
+def as_tokens(name: str, values: object) -> list[int]:
+    """The token ids of a list, tuple, other ``collections.abc.Sequence`` or numpy array, each
+    checked by :func:`as_token` and named ``name[i]``; the caller has refused ``str`` and
+    ``bytes``. A 1-D numpy integer array takes a vectorised range check."""
+    arr = _numpy_array(values)
+    if arr is not None and arr.ndim == 1 and arr.dtype.kind in "iu":
+        if arr.size:
+            bad = (arr < 0) | (arr > U32_MAX)
+            if bad.any():
+                i = int(bad.argmax())
+                raise ValueError(message("token_id_range", name=f"{name}[{i}]", value=int(arr[i])))
+        out: list[int] = arr.tolist()
+        return out
+    items = values if isinstance(values, (list, tuple)) else list(values)  # type: ignore[call-overload]
+    return [as_token(f"{name}[{i}]", v) for i, v in enumerate(items)]
+
+
+def is_sequence(value: object) -> bool:
+    """Whether ``value`` is taken as a sequence of ids: a list, a tuple, a numpy array of at
+    least one dimension or any other ``collections.abc.Sequence`` except ``str``, ``bytes``
+    and ``bytearray`` (the Rust binding's ``Vec`` extraction accepts the same)."""
+    if isinstance(value, (list, tuple)):
+        return True
+    if isinstance(value, (str, bytes, bytearray)):
+        return False
+    arr = _numpy_array(value)
+    if arr is not None:
+        return bool(arr.ndim >= 1)
+    return isinstance(value, Sequence)
+
+
+def as_prompt(value: object) -> list[int] | int:
+    """A prompt: its token ids (a sequence, see :func:`is_sequence`) or an int length
+    (``as_u64`` named ``prompt``). ``bool``, ``str``, ``bytes`` and anything else are the
+    ``TypeError`` ``prompt_type``."""
+    if isinstance(value, bool):
+        raise type_error("prompt_type", "prompt", value)
+    if type(value) is int:
+        return as_u64("prompt", value)
+    if is_sequence(value):
+        return as_tokens("prompt", value)
+    if isinstance(value, (str, bytes, bytearray)) or not hasattr(type(value), "__index__"):
+        raise type_error("prompt_type", "prompt", value)
+    return as_u64("prompt", value)
+
+
+def as_number(name: str, value: object) -> float:
+    """Return ``value`` (an ``int`` or a ``float``, not a ``bool``) as a float; anything else
+    is the ``TypeError`` ``not_number``."""
+    if isinstance(value, bool):
+        raise type_error("not_number", name, value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, int) or hasattr(type(value), "__index__"):
+        return float(operator.index(value))  # type: ignore[arg-type]
+    raise type_error("not_number", name, value)
