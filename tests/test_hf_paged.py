@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import importlib
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -24,6 +25,7 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from chunked_prefill import hf  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
 MAX_NEW = 8
 LENGTHS = (1, 2, 5, 9, 17, 33)
 CHUNK_SIZES = (1, 2, 3, 5, 8, 16, 34)  # 34 is longer than every prompt
@@ -499,3 +501,21 @@ def test_refuses_sliding_window_models() -> None:
 
     with pytest.raises(ValueError, match="full attention"):
         hf.PagedEngine(MistralForCausalLM(cfg), pure.ServingConfig(num_blocks=4))
+
+
+# -- the documented example (docs/transformers.md) ---------------------------------------
+
+
+def test_docs_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # it writes steps.csv
+    page = ROOT / "docs" / "transformers.md"
+    text = page.read_text(encoding="utf-8")
+    match = re.search(r"^## Paged engine\s*$(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert match, "docs/transformers.md has no 'Paged engine' section"
+    block = re.search(r"```python\n(.*?)```", match.group(1), re.S)
+    assert block, "the 'Paged engine' section has no python example"
+    namespace: dict[str, Any] = {"__name__": "paged_example"}
+    exec(compile(block.group(1), str(page), "exec"), namespace)
+    assert (tmp_path / "steps.csv").exists()
+    assert namespace["engine"].scheduler.num_preemptions > 0
+    assert namespace["engine"].scheduler.num_cached_tokens > 0
