@@ -54,6 +54,8 @@ Row = tuple[str, Callable[[ModuleType], tuple[Any, Any]], Call, type[Exception],
 
 
 def not_int(name: str, value: Any) -> tuple[type[Exception], str]:
+    if isinstance(value, bool):  # a bool is refused with its own rule
+        return TypeError, message("bool_not_int", name=name, value=value)
     return TypeError, message(
         "not_int", name=name, type_name=type(value).__name__, value_repr=repr(value)
     )

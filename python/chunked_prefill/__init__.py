@@ -17,31 +17,18 @@ if _requested == "rust":
         I64_MIN,
         STATE_VERSION,
         U64_MAX,
+        Batch,
+        BatchItem,
         Chunk,
         Config,
         PrefillChunkState,
+        RequestView,
         Scheduler,
+        ServingConfig,
+        ServingScheduler,
         Step,
         __version__,
     )
-
-    # TODO(lead): remove fallback once the binding lands
-    try:
-        from ._core import (  # type: ignore[attr-defined]
-            Batch,
-            BatchItem,
-            RequestView,
-            ServingConfig,
-            ServingScheduler,
-        )
-    except ImportError:
-        from .pure_serving import (
-            Batch,
-            BatchItem,
-            RequestView,
-            ServingConfig,
-            ServingScheduler,
-        )
 elif _requested == "pure":
     from .pure import (  # type: ignore[assignment]
         I64_MAX,
@@ -55,7 +42,7 @@ elif _requested == "pure":
         Step,
         __version__,
     )
-    from .pure_serving import (
+    from .pure_serving import (  # type: ignore[assignment]
         Batch,
         BatchItem,
         RequestView,

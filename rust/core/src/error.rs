@@ -6,7 +6,7 @@ use std::fmt;
 ///
 /// The `Display` texts are the messages of `python/chunked_prefill/_messages.json`, which the
 /// pure-Python twin raises too; a test checks that the two agree.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum CoreError {
     /// `chunk_size` is 0: no request could ever finish.
     InvalidChunkSize {
@@ -74,6 +74,118 @@ pub enum CoreError {
         /// The unknown id.
         request_id: u64,
     },
+    /// A serving-config count is 0 (`num_blocks`, `block_size`, `token_budget`, `chunk_size`,
+    /// `max_prefills_per_step` or `max_running`): the scheduler could never run a step.
+    CountZero {
+        /// Which field.
+        name: &'static str,
+        /// The rejected value.
+        value: usize,
+    },
+    /// `max_running >= token_budget`: the decodes of a full running set could fill a step and
+    /// starve every prefill.
+    MaxRunningTooLarge {
+        /// The rejected value.
+        max_running: usize,
+        /// The budget it must stay below.
+        token_budget: usize,
+    },
+    /// `watermark` outside `[0, 1)` or NaN.
+    WatermarkRange {
+        /// The rejected value.
+        value: f64,
+    },
+    /// A prompt of 0 tokens: there are no logits to sample the first token from.
+    PromptEmpty,
+    /// `max_new_tokens` is 0: the request would be finished before it started.
+    MaxNewTokensZero,
+    /// The id is already tracked by the serving scheduler.
+    ServingDuplicate {
+        /// The rejected id.
+        request_id: u64,
+    },
+    /// The id was aborted while it had an item in the pending batch; it can be added again
+    /// after that batch's `update`.
+    RequestPending {
+        /// The rejected id.
+        request_id: u64,
+        /// The pending batch.
+        step_index: u128,
+    },
+    /// Prompt plus generated tokens need more blocks than the pool can ever give one request.
+    RequestNeverFits {
+        /// The rejected id.
+        request_id: u64,
+        /// The prompt length.
+        prompt_tokens: u64,
+        /// The requested generation length.
+        max_new_tokens: u64,
+        /// `ceil((prompt_tokens + max_new_tokens - 1) / block_size)`.
+        needed: u128,
+        /// Tokens per block.
+        block_size: usize,
+        /// `num_blocks - watermark_blocks`.
+        usable: usize,
+        /// The pool size.
+        num_blocks: usize,
+        /// Blocks admission keeps free.
+        watermark_blocks: usize,
+    },
+    /// `finished` names the same id twice.
+    FinishedDuplicate {
+        /// The repeated id.
+        request_id: u64,
+    },
+    /// Aligned `token_ids` of the wrong length.
+    TokenIdsLength {
+        /// `len(batch.sampling_ids)`.
+        expected: usize,
+        /// The given length.
+        got: usize,
+    },
+    /// A `token_ids` mapping names a request that did not sample in the batch.
+    TokenIdsNotSampled {
+        /// The key.
+        request_id: u64,
+        /// The batch being updated.
+        step_index: u128,
+    },
+    /// A token id above `u32::MAX` (raised by the binding, which converts the ids).
+    TokenIdRange {
+        /// Where the id was (`token_ids[3]`, `prompt[0]`).
+        name: String,
+        /// The rejected id.
+        value: u64,
+    },
+    /// `schedule()` while a batch awaits `update()`.
+    BatchPending {
+        /// The pending batch.
+        step_index: u128,
+    },
+    /// `update()` with no batch pending.
+    BatchNotPending {
+        /// The given batch's step index.
+        got: u128,
+    },
+    /// `update()` with a batch that is not the pending one.
+    BatchStale {
+        /// The given batch's step index.
+        got: u128,
+        /// The pending batch's step index.
+        expected: u128,
+    },
+    /// A state export while a batch awaits `update()`.
+    StateBatchPending {
+        /// The pending batch.
+        step_index: u128,
+    },
+    /// A restored serving state breaks one of the scheduler's invariants.
+    StateRule {
+        /// Where (`requests[2].block_table`).
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 impl fmt::Display for CoreError {
@@ -132,8 +244,110 @@ impl fmt::Display for CoreError {
             Self::UnknownRequest { request_id } => {
                 write!(f, "request_id {request_id} is not tracked")
             }
+            Self::CountZero { name, value } => write!(f, "{name} must be at least 1, got {value}"),
+            Self::MaxRunningTooLarge {
+                max_running,
+                token_budget,
+            } => write!(
+                f,
+                "max_running must be less than token_budget ({token_budget}), got {max_running}"
+            ),
+            Self::WatermarkRange { value } => write!(
+                f,
+                "watermark must be at least 0 and less than 1, got {}",
+                py_float_repr(*value)
+            ),
+            Self::PromptEmpty => f.write_str("prompt must hold at least 1 token, got 0"),
+            Self::MaxNewTokensZero => f.write_str("max_new_tokens must be at least 1, got 0"),
+            Self::ServingDuplicate { request_id } => write!(
+                f,
+                "request_id {request_id} is already tracked; abort it or let it finish first"
+            ),
+            Self::RequestPending {
+                request_id,
+                step_index,
+            } => write!(
+                f,
+                "request_id {request_id} has an item in the pending batch {step_index}; \
+                 call update() first"
+            ),
+            Self::RequestNeverFits {
+                request_id,
+                prompt_tokens,
+                max_new_tokens,
+                needed,
+                block_size,
+                usable,
+                num_blocks,
+                watermark_blocks,
+            } => write!(
+                f,
+                "request_id {request_id} can never fit: {prompt_tokens} prompt tokens and \
+                 max_new_tokens {max_new_tokens} need {needed} blocks of {block_size} tokens, \
+                 above the {usable} usable blocks (num_blocks {num_blocks} minus \
+                 {watermark_blocks} watermark blocks)"
+            ),
+            Self::FinishedDuplicate { request_id } => {
+                write!(f, "finished names request_id {request_id} more than once")
+            }
+            Self::TokenIdsLength { expected, got } => write!(
+                f,
+                "token_ids must hold one id per sampling item ({expected}), got {got}"
+            ),
+            Self::TokenIdsNotSampled {
+                request_id,
+                step_index,
+            } => write!(
+                f,
+                "token_ids has request_id {request_id}, which did not sample in batch {step_index}"
+            ),
+            Self::TokenIdRange { name, value } => write!(
+                f,
+                "{name} must be a token id between 0 and 4294967295, got {value}"
+            ),
+            Self::BatchPending { step_index } => write!(
+                f,
+                "schedule() called while batch {step_index} awaits update()"
+            ),
+            Self::BatchNotPending { got } => {
+                write!(f, "update() got batch {got}, but no batch is pending")
+            }
+            Self::BatchStale { got, expected } => write!(
+                f,
+                "update() got batch {got}, which is not the pending batch {expected}"
+            ),
+            Self::StateBatchPending { step_index } => write!(
+                f,
+                "to_state() called while batch {step_index} awaits update()"
+            ),
+            Self::StateRule { path, message } => write!(f, "{path}: {message}"),
         }
     }
 }
 
 impl std::error::Error for CoreError {}
+
+/// `value` as Python's `repr(float)` prints it, so that both backends word a rejected
+/// watermark alike.
+///
+/// Rust's `{:?}` of an `f64` is the same shortest round-trip digits as Python's `repr`, and
+/// switches to scientific notation at the same thresholds (below `1e-4`, from `1e16`); only
+/// the spelling differs: Python writes `nan`, `inf` and a signed exponent of at least two
+/// digits (`1e-05`, `1e+16`) where Rust writes `NaN`, `inf` and `1e-5`, `1e16`.
+#[must_use]
+pub fn py_float_repr(value: f64) -> String {
+    if value.is_nan() {
+        return "nan".to_owned();
+    }
+    let text = format!("{value:?}");
+    match text.split_once('e') {
+        None => text,
+        Some((mantissa, exponent)) => {
+            let (sign, digits) = match exponent.strip_prefix('-') {
+                Some(digits) => ('-', digits),
+                None => ('+', exponent),
+            };
+            format!("{mantissa}e{sign}{digits:0>2}")
+        }
+    }
+}

@@ -54,11 +54,16 @@
 mod config;
 mod error;
 mod scheduler;
+pub mod serving;
 mod state;
 mod step;
 
 pub use config::ChunkedPrefillConfig;
-pub use error::CoreError;
+pub use error::{py_float_repr, CoreError};
 pub use scheduler::{ChunkedPrefillScheduler, Counters, COUNTER_MAX};
+pub use serving::{
+    Batch, BatchItem, Prompt, RequestRecord, RequestState, RequestView, ServingConfig,
+    ServingScheduler, ServingState, TokenIds,
+};
 pub use state::{prefill_start, PrefillChunkState};
 pub use step::{Chunk, ChunkedStep};

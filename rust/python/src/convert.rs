@@ -4,15 +4,21 @@
 //! rejected (with the shared table's message) the same way wherever it is passed.
 
 use chunked_prefill::CoreError;
-use pyo3::exceptions::{PyKeyError, PyOverflowError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyTuple, PyType};
 
-/// The one mapping of core errors to Python exceptions: an unknown id is a `KeyError`,
-/// every other rejected input a `ValueError`; the message is the core's (the table's).
+/// The one mapping of core errors to Python exceptions: an unknown id is a `KeyError`, a
+/// call out of turn with the pending batch (`schedule`, `update`, `to_state`) a
+/// `RuntimeError`, every other rejected input a `ValueError`; the message is the core's (the
+/// table's).
 pub(crate) fn core_err(err: CoreError) -> PyErr {
     match err {
         CoreError::UnknownRequest { .. } => PyKeyError::new_err(err.to_string()),
+        CoreError::BatchPending { .. }
+        | CoreError::BatchNotPending { .. }
+        | CoreError::BatchStale { .. }
+        | CoreError::StateBatchPending { .. } => PyRuntimeError::new_err(err.to_string()),
         _ => PyValueError::new_err(err.to_string()),
     }
 }
@@ -41,6 +47,18 @@ pub(crate) fn slow_check<'py>(
         .call1((name, obj))
 }
 
+/// The `TypeError` of the shared table's message `key` for `obj`, an argument `name` of the
+/// wrong type (built by `_validate.type_error`, as the twin builds it).
+pub(crate) fn type_error(key: &str, name: &str, obj: &Bound<'_, PyAny>) -> PyErr {
+    let built = (obj.py().import("chunked_prefill._validate"))
+        .and_then(|validate| validate.getattr("type_error"))
+        .and_then(|func| func.call1((key, name, obj)));
+    match built {
+        Ok(exception) => PyErr::from_value(exception),
+        Err(err) => err,
+    }
+}
+
 /// `obj` as an id or count in `0..=u64::MAX`, named `name` in any error. May run Python
 /// code (an `__index__`), so call it before taking any lock or borrow.
 pub(crate) fn to_u64(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<u64> {
@@ -50,6 +68,26 @@ pub(crate) fn to_u64(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<u64> {
         }
     }
     slow_check("as_u64", name, obj)?.extract()
+}
+
+/// `obj` as the id `__contains__` looks up: `None` for a value that is not a valid id (so
+/// not tracked: `TypeError`, `ValueError` and `OverflowError` of the check); any other error,
+/// say from a user's `__index__`, propagates, as it does from the pure twin.
+pub(crate) fn lookup_id(obj: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+    match to_u64("request_id", obj) {
+        Ok(id) => Ok(Some(id)),
+        Err(err) => {
+            let py = obj.py();
+            let invalid = err.is_instance_of::<PyTypeError>(py)
+                || err.is_instance_of::<PyValueError>(py)
+                || err.is_instance_of::<PyOverflowError>(py);
+            if invalid {
+                Ok(None)
+            } else {
+                Err(err)
+            }
+        }
+    }
 }
 
 /// `obj` as a token count (`to_u64`, then bounded by this platform's `usize`).

@@ -14,11 +14,19 @@ use pyo3::prelude::*;
 mod config;
 mod convert;
 mod scheduler;
+mod serving;
+mod serving_args;
+mod serving_config;
+mod serving_state;
+mod serving_values;
 mod state;
 mod values;
 
 use config::PyConfig;
 use scheduler::PyScheduler;
+use serving::PyServingScheduler;
+use serving_config::PyServingConfig;
+use serving_values::{PyBatch, PyBatchItem, PyRequestView};
 use state::PyPrefillChunkState;
 use values::{PyChunk, PyStep};
 
@@ -38,5 +46,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyStep>()?;
     m.add_class::<PyPrefillChunkState>()?;
     m.add_class::<PyScheduler>()?;
+    m.add_class::<PyServingConfig>()?;
+    m.add_class::<PyBatchItem>()?;
+    m.add_class::<PyBatch>()?;
+    m.add_class::<PyRequestView>()?;
+    m.add_class::<PyServingScheduler>()?;
     Ok(())
 }

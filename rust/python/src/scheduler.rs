@@ -5,12 +5,14 @@ use std::sync::{Mutex, MutexGuard};
 use chunked_prefill::{
     ChunkedPrefillConfig, ChunkedPrefillScheduler, CoreError, Counters, PrefillChunkState,
 };
-use pyo3::exceptions::{PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOverflowError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyType};
 
 use crate::config::PyConfig;
-use crate::convert::{core_err, counter, i64_or, slow_check, to_u64, to_usize, usize_or, Arg};
+use crate::convert::{
+    core_err, counter, i64_or, lookup_id, slow_check, to_u64, to_usize, usize_or, Arg,
+};
 use crate::state::{state_dict, PyPrefillChunkState};
 use crate::values::PyStep;
 
@@ -250,21 +252,9 @@ impl PyScheduler {
     }
 
     fn __contains__(&self, request_id: &Bound<'_, PyAny>) -> PyResult<bool> {
-        // Not a valid id: not tracked. Any other error (say, from a user's `__index__`)
-        // propagates, as it does from the pure twin.
-        match to_u64("request_id", request_id) {
-            Ok(id) => Ok(self.lock()?.contains(id)),
-            Err(err) => {
-                let py = request_id.py();
-                let invalid = err.is_instance_of::<PyTypeError>(py)
-                    || err.is_instance_of::<PyValueError>(py)
-                    || err.is_instance_of::<PyOverflowError>(py);
-                if invalid {
-                    Ok(false)
-                } else {
-                    Err(err)
-                }
-            }
+        match lookup_id(request_id)? {
+            Some(id) => Ok(self.lock()?.contains(id)),
+            None => Ok(false),
         }
     }
 

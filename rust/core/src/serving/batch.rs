@@ -1,0 +1,134 @@
+//! [`Batch`] and [`BatchItem`]: the plan of one step, which the engine runs and reports back.
+
+/// The work of one request in one step: compute positions `start..start + tokens`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct BatchItem {
+    /// The request.
+    pub request_id: u64,
+    /// The first position computed (`num_computed` when planned).
+    pub start: u128,
+    /// How many positions are computed.
+    pub tokens: usize,
+    /// False only for a decode planned in the decode pass.
+    pub is_prefill: bool,
+    /// The step computes up to `num_tokens`: the engine samples a token for this request.
+    pub samples: bool,
+    /// Block ids appended to the request's table in this step; for a request admitted in this
+    /// step, its whole table, cache hits first.
+    pub new_blocks: Vec<usize>,
+    /// Tokens found in the prefix cache at admission in this step, 0 otherwise.
+    pub cached_tokens: u128,
+}
+
+/// The plan of one step. `Eq`/`Hash` follow `(step_index, items, preempted,
+/// num_free_blocks)`, of which the other fields are functions.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Batch {
+    pub(crate) step_index: u128,
+    pub(crate) items: Vec<BatchItem>,
+    pub(crate) preempted: Vec<u64>,
+    pub(crate) sampling_ids: Vec<u64>,
+    pub(crate) num_prefill_tokens: usize,
+    pub(crate) num_decode_tokens: usize,
+    pub(crate) num_free_blocks: usize,
+}
+
+impl Batch {
+    /// A batch built from its defining fields (for a binding that rebuilds one, e.g. when
+    /// unpickling); the sampling ids and token counts are derived from the items.
+    #[must_use]
+    pub fn new(
+        step_index: u128,
+        items: Vec<BatchItem>,
+        preempted: Vec<u64>,
+        num_free_blocks: usize,
+    ) -> Self {
+        let mut batch = Self {
+            step_index,
+            items,
+            preempted,
+            num_free_blocks,
+            ..Self::default()
+        };
+        batch.derive();
+        batch
+    }
+
+    /// Recompute the fields that follow from the items (sums saturate: a hand-built batch
+    /// may claim anything).
+    pub(crate) fn derive(&mut self) {
+        self.sampling_ids.clear();
+        self.num_prefill_tokens = 0;
+        self.num_decode_tokens = 0;
+        for item in &self.items {
+            if item.samples {
+                self.sampling_ids.push(item.request_id);
+            }
+            let sum = if item.is_prefill {
+                &mut self.num_prefill_tokens
+            } else {
+                &mut self.num_decode_tokens
+            };
+            *sum = sum.saturating_add(item.tokens);
+        }
+    }
+
+    /// The step this batch plans (0 for the first `schedule()`).
+    #[must_use]
+    pub fn step_index(&self) -> u128 {
+        self.step_index
+    }
+
+    /// The items: decodes, then started prefills, then admissions, each in rank order.
+    #[must_use]
+    pub fn items(&self) -> &[BatchItem] {
+        &self.items
+    }
+
+    /// Ids whose blocks were taken back in this step, in the order preempted.
+    #[must_use]
+    pub fn preempted(&self) -> &[u64] {
+        &self.preempted
+    }
+
+    /// Ids of the items that sample, in item order: the order of aligned `token_ids`.
+    #[must_use]
+    pub fn sampling_ids(&self) -> &[u64] {
+        &self.sampling_ids
+    }
+
+    /// Tokens of prefill items (passes 2 and 3).
+    #[must_use]
+    pub fn num_prefill_tokens(&self) -> usize {
+        self.num_prefill_tokens
+    }
+
+    /// Tokens of decode items (pass 1).
+    #[must_use]
+    pub fn num_decode_tokens(&self) -> usize {
+        self.num_decode_tokens
+    }
+
+    /// Free blocks after this step's allocation.
+    #[must_use]
+    pub fn num_free_blocks(&self) -> usize {
+        self.num_free_blocks
+    }
+
+    /// Number of items.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether the step computes nothing (it still awaits its `update`).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The request ids of the items, in item order.
+    pub fn request_ids(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
+        self.items.iter().map(|item| item.request_id)
+    }
+}

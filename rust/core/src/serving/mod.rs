@@ -1,0 +1,33 @@
+//! The serving scheduler (issue 11): it owns the request lifecycle (prefill, decode, finish),
+//! a paged KV-block pool with prefix caching, and preemption.
+//!
+//! Small parts with one job each: [`ServingConfig`]; the block pool (ref counts, hashes, the
+//! free queue; it knows nothing of requests); the content hash chain; the request record;
+//! [`ServingScheduler`] with the step rule; [`Batch`], the plan of one step.
+//!
+//! # The rule of one step
+//!
+//! Requests are ranked by `(priority, order of add_request)`, lower first; `left = num_tokens
+//! - num_computed`; a running request with `left == 1` is a decode.
+//! 1. Decodes, in rank order, get 1 token each; a decode that needs a block when none is free
+//!    preempts the worst-ranked running request, repeatedly, or is preempted itself.
+//! 2. Running prefills, in rank order, get `min(left, chunk_size, budget left)` tokens and
+//!    all their blocks (same preemption rule), up to `max_prefills_per_step` chunks.
+//! 3. If nothing was preempted, waiting requests are admitted in rank order while
+//!    `ceil(num_tokens / block_size) - hits <= free - still needed by running - watermark`.
+//! 4. Items are listed in pass order, each pass in rank order.
+
+mod batch;
+mod block_pool;
+mod config;
+mod hash;
+mod request;
+mod scheduler;
+mod state;
+
+pub use batch::{Batch, BatchItem};
+pub use config::ServingConfig;
+pub use hash::{block_hash, root_hash, BlockHash};
+pub use request::{Prompt, RequestState, RequestView};
+pub use scheduler::{ServingScheduler, TokenIds};
+pub use state::{RequestRecord, ServingState};

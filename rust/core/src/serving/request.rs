@@ -1,0 +1,215 @@
+//! The request record and its public view.
+
+use super::hash::{block_hash, root_hash, BlockHash};
+
+/// A request's prompt as `add_request` takes it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Prompt {
+    /// The token ids: its full blocks can be hashed, so later requests can reuse them.
+    Tokens(Vec<u32>),
+    /// Only the length, when the engine wants no prefix caching for this request.
+    Length(u64),
+}
+
+/// Where a tracked request is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RequestState {
+    /// Holds no blocks and has `num_computed == 0`: new, or preempted.
+    Waiting,
+    /// Holds the blocks of its computed tokens.
+    Running,
+}
+
+impl RequestState {
+    /// `"waiting"` or `"running"`, as Python spells it.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Waiting => "waiting",
+            Self::Running => "running",
+        }
+    }
+}
+
+/// A snapshot of one tracked request (see [`ServingScheduler::request`](super::ServingScheduler::request)).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RequestView {
+    /// The id given to `add_request`.
+    pub request_id: u64,
+    /// Waiting or running.
+    pub state: RequestState,
+    /// Prompt plus generated tokens.
+    pub num_tokens: u128,
+    /// Tokens whose KV is in the cache (with a batch pending: before that batch).
+    pub num_computed: u128,
+    /// Tokens sampled so far.
+    pub num_generated: u64,
+    /// Generated tokens at which it finishes.
+    pub max_new_tokens: u64,
+    /// Lower runs first.
+    pub priority: i64,
+    /// Times it lost its blocks.
+    pub num_preemptions: u128,
+    /// Tokens it found in the prefix cache, summed over its admissions.
+    pub num_cached_tokens: u128,
+}
+
+/// The prompt as stored: ids, or a count of unknown tokens.
+#[derive(Debug, Clone)]
+pub(crate) enum PromptIds {
+    Known(Vec<u32>),
+    Unknown(u64),
+}
+
+/// A tracked request.
+#[derive(Debug, Clone)]
+pub(crate) struct Request {
+    pub(crate) id: u64,
+    /// The `add_request` order: the tie-break of the rank.
+    pub(crate) seq: u64,
+    pub(crate) priority: i64,
+    pub(crate) cache_salt: u64,
+    pub(crate) max_new_tokens: u64,
+    pub(crate) prompt: PromptIds,
+    /// Sampled tokens; `None` where the engine did not say which.
+    pub(crate) generated: Vec<Option<u32>>,
+    /// How many of `generated` are known before the first unknown one.
+    known_generated: usize,
+    pub(crate) num_computed: u128,
+    /// Block ids, position order.
+    pub(crate) table: Vec<usize>,
+    /// `hashes[i]` is the chain hash of block `i`; a cache of content, extended on demand.
+    hashes: Vec<BlockHash>,
+    pub(crate) num_preemptions: u128,
+    pub(crate) num_cached_tokens: u128,
+    pub(crate) state: RequestState,
+    /// Its item's index in the batch being planned, or `Some` while that batch is pending.
+    pub(crate) item: Option<usize>,
+}
+
+impl Request {
+    pub(crate) fn new(
+        id: u64,
+        seq: u64,
+        prompt: PromptIds,
+        max_new_tokens: u64,
+        priority: i64,
+        cache_salt: u64,
+    ) -> Self {
+        Self {
+            id,
+            seq,
+            priority,
+            cache_salt,
+            max_new_tokens,
+            prompt,
+            generated: Vec::new(),
+            known_generated: 0,
+            num_computed: 0,
+            table: Vec::new(),
+            hashes: Vec::new(),
+            num_preemptions: 0,
+            num_cached_tokens: 0,
+            state: RequestState::Waiting,
+            item: None,
+        }
+    }
+
+    /// `(priority, seq, id)`: lower is served first and preempted last.
+    pub(crate) fn rank(&self) -> (i64, u64, u64) {
+        (self.priority, self.seq, self.id)
+    }
+
+    pub(crate) fn prompt_len(&self) -> u64 {
+        match &self.prompt {
+            PromptIds::Known(ids) => ids.len() as u64,
+            PromptIds::Unknown(len) => *len,
+        }
+    }
+
+    pub(crate) fn num_generated(&self) -> u64 {
+        self.generated.len() as u64
+    }
+
+    pub(crate) fn num_tokens(&self) -> u128 {
+        u128::from(self.prompt_len()) + self.generated.len() as u128
+    }
+
+    /// Tokens not yet computed.
+    pub(crate) fn left(&self) -> u128 {
+        self.num_tokens() - self.num_computed
+    }
+
+    /// Append a sampled token (`None`: not given).
+    pub(crate) fn push_token(&mut self, token: Option<u32>) {
+        if token.is_some() && self.known_generated == self.generated.len() {
+            self.known_generated += 1;
+        }
+        self.generated.push(token);
+    }
+
+    /// Tokens known from the start, before the first unknown one.
+    fn known_prefix(&self) -> usize {
+        match &self.prompt {
+            PromptIds::Known(ids) => ids.len() + self.known_generated,
+            PromptIds::Unknown(_) => 0,
+        }
+    }
+
+    /// Extend the hash chain to `blocks` blocks where their tokens are all known; returns how
+    /// many hashes are available, at most `blocks`.
+    pub(crate) fn chain(&mut self, blocks: usize, block_size: usize) -> usize {
+        let limit = blocks.min(self.known_prefix() / block_size);
+        while self.hashes.len() < limit {
+            let i = self.hashes.len();
+            let parent = match self.hashes.last() {
+                Some(hash) => *hash,
+                None => root_hash(self.cache_salt),
+            };
+            let hash = block_hash(&parent, self.known_tokens(i * block_size, block_size));
+            self.hashes.push(hash);
+        }
+        self.hashes.len().min(blocks)
+    }
+
+    pub(crate) fn hash(&self, block: usize) -> BlockHash {
+        self.hashes[block]
+    }
+
+    /// `len` known tokens from position `start`.
+    fn known_tokens(&self, start: usize, len: usize) -> impl Iterator<Item = u32> + '_ {
+        let prompt: &[u32] = match &self.prompt {
+            PromptIds::Known(ids) => ids,
+            PromptIds::Unknown(_) => &[],
+        };
+        let from_prompt = prompt.get(start..).unwrap_or(&[]);
+        let from_generated = (self.generated)
+            .get(start.saturating_sub(prompt.len())..)
+            .unwrap_or(&[]);
+        let generated = from_generated.iter().flatten().copied();
+        from_prompt.iter().copied().chain(generated).take(len)
+    }
+
+    /// Append prompt and generated tokens, `None` where unknown (for the state export).
+    pub(crate) fn tokens(&self, out: &mut Vec<Option<u32>>) {
+        match &self.prompt {
+            PromptIds::Known(ids) => out.extend(ids.iter().map(|&id| Some(id))),
+            PromptIds::Unknown(len) => out.resize(*len as usize, None),
+        }
+        out.extend_from_slice(&self.generated);
+    }
+
+    pub(crate) fn view(&self) -> RequestView {
+        RequestView {
+            request_id: self.id,
+            state: self.state,
+            num_tokens: self.num_tokens(),
+            num_computed: self.num_computed,
+            num_generated: self.num_generated(),
+            max_new_tokens: self.max_new_tokens,
+            priority: self.priority,
+            num_preemptions: self.num_preemptions,
+            num_cached_tokens: self.num_cached_tokens,
+        }
+    }
+}

@@ -1,0 +1,470 @@
+//! `BatchItem`, `Batch` and `RequestView`: the immutable values the serving scheduler returns.
+//!
+//! A `Batch` keeps its items as Rust values and builds Python objects only for the fields a
+//! caller reads, each once: a serving loop that reads `sampling_ids` and the parallel tuples
+//! never pays for one `BatchItem` object per item.
+
+use std::hash::{Hash, Hasher};
+
+use chunked_prefill::serving::{Batch, BatchItem, RequestView};
+use pyo3::exceptions::PyOverflowError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple};
+
+use crate::convert::{
+    counter, reduce_new, to_bool, to_u128, to_u64, to_usize, type_error, Reduced,
+};
+
+fn py_bool(value: bool) -> &'static str {
+    if value {
+        "True"
+    } else {
+        "False"
+    }
+}
+
+/// `values` as Python prints a tuple: `()`, `(3,)`, `(3, 4)`.
+fn tuple_repr<T: ToString>(values: impl IntoIterator<Item = T>) -> String {
+    let parts: Vec<String> = values.into_iter().map(|v| v.to_string()).collect();
+    match parts.len() {
+        1 => format!("({},)", parts[0]),
+        _ => format!("({})", parts.join(", ")),
+    }
+}
+
+fn item_repr(item: &BatchItem) -> String {
+    format!(
+        "BatchItem(request_id={}, start={}, tokens={}, is_prefill={}, samples={}, \
+         new_blocks={}, cached_tokens={})",
+        item.request_id,
+        item.start,
+        item.tokens,
+        py_bool(item.is_prefill),
+        py_bool(item.samples),
+        tuple_repr(&item.new_blocks),
+        item.cached_tokens
+    )
+}
+
+/// The ids (or counts) of an iterable argument, each converted by `convert` and named
+/// `name[i]`.
+fn collect<T>(
+    name: &str,
+    obj: &Bound<'_, PyAny>,
+    convert: impl Fn(&str, &Bound<'_, PyAny>) -> PyResult<T>,
+) -> PyResult<Vec<T>> {
+    let mut out = Vec::new();
+    for (i, value) in obj.try_iter()?.enumerate() {
+        out.push(convert(&format!("{name}[{i}]"), &value?)?);
+    }
+    Ok(out)
+}
+
+/// The work of one request in one step: compute positions ``[start, start + tokens)``.
+///
+/// ``is_prefill`` is false only for a decode. ``samples``: the step reaches the request's
+/// last known token, so the engine samples its next token (report it to ``update``).
+/// ``new_blocks``: KV-cache block ids appended to the request's block table in this step
+/// (for a request admitted in this step, its whole table, cache hits first).
+/// ``cached_tokens``: prompt tokens found in the prefix cache at admission in this step.
+#[pyclass(name = "BatchItem", module = "chunked_prefill._core", frozen, eq, hash)]
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct PyBatchItem {
+    pub(crate) inner: BatchItem,
+}
+
+#[pymethods]
+impl PyBatchItem {
+    #[new]
+    #[pyo3(signature = (
+        *,
+        request_id,
+        start,
+        tokens,
+        is_prefill,
+        samples,
+        new_blocks,
+        cached_tokens,
+    ), text_signature = "(*, request_id, start, tokens, is_prefill, samples, new_blocks, \
+        cached_tokens)")]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        request_id: &Bound<'_, PyAny>,
+        start: &Bound<'_, PyAny>,
+        tokens: &Bound<'_, PyAny>,
+        is_prefill: &Bound<'_, PyAny>,
+        samples: &Bound<'_, PyAny>,
+        new_blocks: &Bound<'_, PyAny>,
+        cached_tokens: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        Ok(Self {
+            inner: BatchItem {
+                request_id: to_u64("request_id", request_id)?,
+                start: to_u64("start", start)?.into(),
+                tokens: to_usize("tokens", tokens)?,
+                is_prefill: to_bool("is_prefill", is_prefill)?,
+                samples: to_bool("samples", samples)?,
+                new_blocks: collect("new_blocks", new_blocks, to_usize)?,
+                cached_tokens: to_u64("cached_tokens", cached_tokens)?.into(),
+            },
+        })
+    }
+
+    /// The request this item computes.
+    #[getter]
+    fn request_id(&self) -> u64 {
+        self.inner.request_id
+    }
+
+    /// The first position computed (the request's ``num_computed`` when planned).
+    #[getter]
+    fn start<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        counter(py, self.inner.start)
+    }
+
+    /// How many positions the step computes for this request.
+    #[getter]
+    fn tokens(&self) -> usize {
+        self.inner.tokens
+    }
+
+    /// False only for a decode (one token of a request whose prompt is done).
+    #[getter]
+    fn is_prefill(&self) -> bool {
+        self.inner.is_prefill
+    }
+
+    /// Whether the engine samples this request's next token in this step.
+    #[getter]
+    fn samples(&self) -> bool {
+        self.inner.samples
+    }
+
+    /// Block ids appended to the request's block table in this step.
+    #[getter]
+    fn new_blocks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, &self.inner.new_blocks)
+    }
+
+    /// Prompt tokens found in the prefix cache at admission in this step (else 0).
+    #[getter]
+    fn cached_tokens<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        counter(py, self.inner.cached_tokens)
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> Reduced<'py> {
+        let py = slf.py();
+        let item = &slf.get().inner;
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("request_id", item.request_id)?;
+        kwargs.set_item("start", counter(py, item.start)?)?;
+        kwargs.set_item("tokens", item.tokens)?;
+        kwargs.set_item("is_prefill", item.is_prefill)?;
+        kwargs.set_item("samples", item.samples)?;
+        kwargs.set_item("new_blocks", PyTuple::new(py, &item.new_blocks)?)?;
+        kwargs.set_item("cached_tokens", counter(py, item.cached_tokens)?)?;
+        reduce_new(slf.get_type(), PyTuple::empty(py), kwargs)
+    }
+
+    fn __repr__(&self) -> String {
+        item_repr(&self.inner)
+    }
+}
+
+/// The plan of one engine step, to run and then report back with ``update``.
+///
+/// ``items``: the requests to compute, decodes first, then started prefills, then
+/// admissions. ``request_ids``, ``starts`` and ``token_counts`` are the items' fields as
+/// parallel tuples; ``sampling_ids`` are the ids of the items that sample, in item order
+/// (the order of ``update``'s aligned ``token_ids``). ``preempted``: requests that lost their
+/// blocks in this step (the engine drops their KV cache).
+#[pyclass(name = "Batch", module = "chunked_prefill._core", frozen)]
+pub(crate) struct PyBatch {
+    pub(crate) inner: Batch,
+    items: PyOnceLock<Py<PyTuple>>,
+    request_ids: PyOnceLock<Py<PyTuple>>,
+    starts: PyOnceLock<Py<PyTuple>>,
+    token_counts: PyOnceLock<Py<PyTuple>>,
+    sampling_ids: PyOnceLock<Py<PyTuple>>,
+}
+
+impl PyBatch {
+    pub(crate) fn wrap(inner: Batch) -> Self {
+        Self {
+            inner,
+            items: PyOnceLock::new(),
+            request_ids: PyOnceLock::new(),
+            starts: PyOnceLock::new(),
+            token_counts: PyOnceLock::new(),
+            sampling_ids: PyOnceLock::new(),
+        }
+    }
+
+    /// The tuple in `cell`, built by `build` on first use.
+    fn cached<'py>(
+        py: Python<'py>,
+        cell: &PyOnceLock<Py<PyTuple>>,
+        build: impl FnOnce() -> PyResult<Bound<'py, PyTuple>>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let tuple = cell.get_or_try_init(py, || build().map(Bound::unbind))?;
+        Ok(tuple.bind(py).clone())
+    }
+}
+
+#[pymethods]
+impl PyBatch {
+    #[new]
+    #[pyo3(
+        signature = (*, step_index, items, preempted, num_free_blocks),
+        text_signature = "(*, step_index, items, preempted, num_free_blocks)"
+    )]
+    fn new(
+        step_index: &Bound<'_, PyAny>,
+        items: &Bound<'_, PyAny>,
+        preempted: &Bound<'_, PyAny>,
+        num_free_blocks: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        let step_index = to_u128("step_index", step_index)?;
+        let items = items.try_iter()?.collect::<PyResult<Vec<_>>>()?;
+        let mut rows = Vec::with_capacity(items.len());
+        for item in &items {
+            match item.cast::<PyBatchItem>() {
+                Ok(item) => rows.push(item.get().inner.clone()),
+                Err(_) => return Err(type_error("not_batch_item", "items", item)),
+            }
+        }
+        let preempted = collect("preempted", preempted, to_u64)?;
+        let num_free_blocks = to_usize("num_free_blocks", num_free_blocks)?;
+        // The token sums must fit a u64, as every count the scheduler reports does.
+        for (name, prefill) in [("num_prefill_tokens", true), ("num_decode_tokens", false)] {
+            let rows = rows.iter().filter(|item| item.is_prefill == prefill);
+            let total: u128 = rows.map(|item| item.tokens as u128).sum();
+            if total > u128::from(u64::MAX) {
+                return Err(PyOverflowError::new_err(format!(
+                    "{name} must be at most 18446744073709551615, got {total}"
+                )));
+            }
+        }
+        Ok(Self::wrap(Batch::new(
+            step_index,
+            rows,
+            preempted,
+            num_free_blocks,
+        )))
+    }
+
+    /// The step this batch plans: 0 for the first ``schedule()``.
+    #[getter]
+    fn step_index<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        counter(py, self.inner.step_index())
+    }
+
+    /// The items, decodes first, then started prefills, then admissions.
+    #[getter]
+    fn items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        Self::cached(py, &self.items, || {
+            let objects = (self.inner.items().iter())
+                .map(|item| {
+                    Bound::new(
+                        py,
+                        PyBatchItem {
+                            inner: item.clone(),
+                        },
+                    )
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            PyTuple::new(py, objects)
+        })
+    }
+
+    /// Requests whose blocks were taken back in this step, in the order preempted.
+    #[getter]
+    fn preempted<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.inner.preempted())
+    }
+
+    /// Ids of the items that sample, in item order.
+    #[getter]
+    fn sampling_ids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        Self::cached(py, &self.sampling_ids, || {
+            PyTuple::new(py, self.inner.sampling_ids())
+        })
+    }
+
+    /// Tokens of the prefill items.
+    #[getter]
+    fn num_prefill_tokens(&self) -> usize {
+        self.inner.num_prefill_tokens()
+    }
+
+    /// Tokens of the decode items.
+    #[getter]
+    fn num_decode_tokens(&self) -> usize {
+        self.inner.num_decode_tokens()
+    }
+
+    /// Free KV-cache blocks after this step's allocation.
+    #[getter]
+    fn num_free_blocks(&self) -> usize {
+        self.inner.num_free_blocks()
+    }
+
+    /// ``items[i].request_id`` for every item.
+    #[getter]
+    fn request_ids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        Self::cached(py, &self.request_ids, || {
+            PyTuple::new(py, self.inner.request_ids())
+        })
+    }
+
+    /// ``items[i].start`` for every item.
+    #[getter]
+    fn starts<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        Self::cached(py, &self.starts, || {
+            let starts = (self.inner.items().iter())
+                .map(|item| counter(py, item.start))
+                .collect::<PyResult<Vec<_>>>()?;
+            PyTuple::new(py, starts)
+        })
+    }
+
+    /// ``items[i].tokens`` for every item.
+    #[getter]
+    fn token_counts<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        Self::cached(py, &self.token_counts, || {
+            PyTuple::new(py, self.inner.items().iter().map(|item| item.tokens))
+        })
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn __eq__(&self, other: &Bound<'_, Self>) -> bool {
+        other.get().inner == self.inner
+    }
+
+    fn __hash__(&self) -> u64 {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.inner.hash(&mut hasher);
+        hasher.finish()
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> Reduced<'py> {
+        let py = slf.py();
+        let batch = slf.get();
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("step_index", counter(py, batch.inner.step_index())?)?;
+        kwargs.set_item("items", batch.items(py)?)?;
+        kwargs.set_item("preempted", batch.preempted(py)?)?;
+        kwargs.set_item("num_free_blocks", batch.inner.num_free_blocks())?;
+        reduce_new(slf.get_type(), PyTuple::empty(py), kwargs)
+    }
+
+    fn __repr__(&self) -> String {
+        let b = &self.inner;
+        let items: Vec<String> = b.items().iter().map(item_repr).collect();
+        format!(
+            "Batch(step_index={}, items={}, preempted={}, num_prefill_tokens={}, \
+             num_decode_tokens={}, num_free_blocks={})",
+            b.step_index(),
+            tuple_repr(items),
+            tuple_repr(b.preempted()),
+            b.num_prefill_tokens(),
+            b.num_decode_tokens(),
+            b.num_free_blocks()
+        )
+    }
+}
+
+/// A snapshot of one tracked request, from ``ServingScheduler.request``.
+///
+/// ``state``: ``"waiting"`` (holds no blocks: new or preempted) or ``"running"``.
+/// ``num_tokens``: prompt plus generated tokens; ``num_computed``: those whose KV is cached.
+#[pyclass(
+    name = "RequestView",
+    module = "chunked_prefill._core",
+    frozen,
+    eq,
+    hash
+)]
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct PyRequestView {
+    pub(crate) inner: RequestView,
+}
+
+#[pymethods]
+impl PyRequestView {
+    /// The id given to ``add_request``.
+    #[getter]
+    fn request_id(&self) -> u64 {
+        self.inner.request_id
+    }
+
+    /// ``"waiting"`` or ``"running"``.
+    #[getter]
+    fn state(&self) -> &'static str {
+        self.inner.state.as_str()
+    }
+
+    /// Prompt plus generated tokens.
+    #[getter]
+    fn num_tokens<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        counter(py, self.inner.num_tokens)
+    }
+
+    /// Tokens whose KV is in the cache.
+    #[getter]
+    fn num_computed<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        counter(py, self.inner.num_computed)
+    }
+
+    /// Tokens sampled so far.
+    #[getter]
+    fn num_generated(&self) -> u64 {
+        self.inner.num_generated
+    }
+
+    /// Generated tokens at which the request finishes.
+    #[getter]
+    fn max_new_tokens(&self) -> u64 {
+        self.inner.max_new_tokens
+    }
+
+    /// Scheduling priority: lower runs first and is preempted last.
+    #[getter]
+    fn priority(&self) -> i64 {
+        self.inner.priority
+    }
+
+    /// Times the request lost its blocks to preemption.
+    #[getter]
+    fn num_preemptions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        counter(py, self.inner.num_preemptions)
+    }
+
+    /// Tokens the request found in the prefix cache, summed over its admissions.
+    #[getter]
+    fn num_cached_tokens<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        counter(py, self.inner.num_cached_tokens)
+    }
+
+    fn __repr__(&self) -> String {
+        let v = &self.inner;
+        format!(
+            "RequestView(request_id={}, state='{}', num_tokens={}, num_computed={}, \
+             num_generated={}, max_new_tokens={}, priority={}, num_preemptions={}, \
+             num_cached_tokens={})",
+            v.request_id,
+            v.state.as_str(),
+            v.num_tokens,
+            v.num_computed,
+            v.num_generated,
+            v.max_new_tokens,
+            v.priority,
+            v.num_preemptions,
+            v.num_cached_tokens
+        )
+    }
+}
