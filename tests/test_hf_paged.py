@@ -159,9 +159,13 @@ def test_chunk_sizes_match_generate(model: Any, backend: ModuleType, chunk_size:
     ],
     ids=["budget7x1", "one-step-prefills", "block1", "block16"],
 )
-def test_policies_match_generate(model: Any, backend: ModuleType, changes: dict[str, Any]) -> None:
+@pytest.mark.parametrize("separate", [False, True], ids=["one-pass", "separate-decodes"])
+def test_policies_match_generate(
+    model: Any, backend: ModuleType, changes: dict[str, Any], separate: bool
+) -> None:
     prompts = make_prompts((*LENGTHS, 40, 3, 26), seed=2)
-    engine = hf.PagedEngine(model, config(backend, **changes), backend=backend)
+    cfg = config(backend, **changes)
+    engine = hf.PagedEngine(model, cfg, backend=backend, separate_decodes=separate)
     assert engine.generate(prompts, max_new_tokens=MAX_NEW) == reference(model, prompts)
     check_drained(engine)
 
@@ -230,7 +234,10 @@ def test_small_pool_preempts_and_recomputes(model: Any, backend: ModuleType, pre
     max_new = 40
     need = -(-(max(map(len, prompts)) + max_new - 1) // 4)
     engine = Recording(model, config(backend, num_blocks=need + 1), backend=backend)
-    assert engine.generate(prompts, max_new_tokens=max_new) == reference(model, prompts, max_new)
+    expected = reference(model, prompts, max_new)
+    assert engine.generate(prompts, max_new_tokens=max_new) == expected
+    separate = hf.PagedEngine(model, engine.config, backend=backend, separate_decodes=True)
+    assert separate.generate(prompts, max_new_tokens=max_new) == expected
     check_drained(engine)
     assert engine.scheduler.num_preemptions >= 10
     assert sorted(t.num_preemptions for t in engine.last_run)[-2:] == [3, 3]

@@ -85,6 +85,8 @@ class PagedEngine:
     :class:`~chunked_prefill.ServingConfig` (of either backend): its ``num_blocks`` and
     ``block_size`` size :attr:`pool`, its other fields the scheduling. ``backend``:
     ``"rust"``, ``"pure"``, a module, or ``None`` for the package default.
+    ``separate_decodes=True`` runs a step that mixes decodes with prompt chunks as two
+    forward passes (single-token rows, then the others) instead of one padded pass.
 
     The engine owns :attr:`pool`, one tensor of ``num_blocks`` blocks per layer for keys and
     values (:class:`~chunked_prefill.hf.KVPool`), and reads and writes it only at the slots
@@ -93,8 +95,13 @@ class PagedEngine:
     chunking, sharing and preemption.
     """
 
-    def __init__(self, model: Any, config: Any, *, backend: Any = None) -> None:
+    def __init__(
+        self, model: Any, config: Any, *, backend: Any = None, separate_decodes: bool = False
+    ) -> None:
         _check_full_attention(model)
+        self.separate_decodes = separate_decodes
+        """Run a step's decodes and its prefill chunks as two forward passes, so that decode
+        rows are not padded to the longest chunk (one pass per step by default)."""
         module = resolve_serving_backend(backend)
         self.config = convert_serving_config(config, module)
         self.model = model
@@ -248,7 +255,7 @@ class PagedEngine:
         if not batch.items and not batch.preempted:
             raise RuntimeError(f"the scheduler planned an empty step {batch.step_index}")
         work = [self._work(run, it) for it in items]
-        tokens = run_step(self._call, self.pool, work) if work else []
+        tokens = self._forward(work)
         self._apply_aborts(run)
         sampled: dict[int, int] = {}
         for it, token in zip([it for it in items if it.samples], tokens):
@@ -271,6 +278,20 @@ class PagedEngine:
             run.close(rid, now)
         duration_s = perf_counter() - t_start
         self.last_steps.append(StepRecord.of_batch(batch, items, duration_s, scheduler_s))
+
+    def _forward(self, work: list[Work]) -> list[int]:
+        """The sampled tokens of ``work``, in order, from one forward pass (or two)."""
+        if not work:
+            return []
+        wide = [len(w.tokens) > 1 for w in work]
+        if not self.separate_decodes or all(wide) or not any(wide):
+            return run_step(self._call, self.pool, work)
+        groups = ([w for w, x in zip(work, wide) if not x], [w for w, x in zip(work, wide) if x])
+        sampled = {
+            False: iter(run_step(self._call, self.pool, groups[0])),
+            True: iter(run_step(self._call, self.pool, groups[1])),
+        }
+        return [next(sampled[x]) for w, x in zip(work, wide) if w.samples]
 
     def _work(self, run: _Run, item: Any) -> Work:
         rid, start, n = item.request_id, item.start, item.tokens
