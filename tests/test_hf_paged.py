@@ -356,6 +356,9 @@ def test_eos_stops_some_requests_early(model: Any, backend: ModuleType) -> None:
     assert engine.generate(prompts, max_new_tokens=MAX_NEW, eos_token_id=eos) == expected
     check_drained(engine)
     assert engine.generate(prompts, max_new_tokens=MAX_NEW, eos_token_id=[eos, 999]) == expected
+    assert engine.generate(prompts, max_new_tokens=MAX_NEW, eos_token_id=torch.tensor(eos)) == (
+        expected
+    )
 
 
 # -- the test can fail -------------------------------------------------------------------
@@ -466,6 +469,8 @@ def test_rejects_bad_arguments(model: Any, backend: ModuleType) -> None:
         engine.generate([[1]], max_new_tokens=1, arrival_s=[0.0, 1.0])
     with pytest.raises(ValueError, match=r"arrival_s\[0\]"):
         engine.generate([[1]], max_new_tokens=1, arrival_s=[-1.0])
+    with pytest.raises(TypeError):
+        engine.generate([[1, 2.0]], max_new_tokens=1)
     with pytest.raises(ValueError, match="vocabulary"):
         engine.generate([[1, 128]], max_new_tokens=1)
     with pytest.raises(ValueError):  # the scheduler's own checks: empty, zero, never fits

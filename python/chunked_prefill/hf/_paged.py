@@ -12,6 +12,7 @@ request already wrote.
 from __future__ import annotations
 
 import math
+import operator
 import os
 import threading
 from collections.abc import Iterable, Sequence
@@ -197,9 +198,9 @@ class PagedEngine:
     ) -> tuple[list[list[int]], list[float], list[int], frozenset[int]]:
         """Convert the arguments, raising before anything runs; a throwaway scheduler takes
         every request so that its own checks (``request_never_fits``, ...) apply up front."""
-        ids = [[int(t) for t in p] for p in prompts]
+        ids = [[operator.index(t) for t in p] for p in prompts]
         n = len(ids)
-        salts = [0] * n if cache_salts is None else [int(s) for s in cache_salts]
+        salts = [0] * n if cache_salts is None else [operator.index(s) for s in cache_salts]
         arrivals = [0.0] * n if arrival_s is None else [float(a) for a in arrival_s]
         if len(salts) != n or len(arrivals) != n:
             raise ValueError(f"cache_salts and arrival_s need one entry per prompt ({n})")
@@ -212,10 +213,10 @@ class PagedEngine:
                 raise ValueError(f"prompt {i} has a token id outside the vocabulary [0, {vocab})")
         if eos_token_id is None:
             eos: frozenset[int] = frozenset()
-        elif isinstance(eos_token_id, int):
-            eos = frozenset((eos_token_id,))
+        elif isinstance(eos_token_id, int) or hasattr(eos_token_id, "__index__"):
+            eos = frozenset((operator.index(eos_token_id),))  # type: ignore[arg-type]
         else:
-            eos = frozenset(int(t) for t in eos_token_id)
+            eos = frozenset(operator.index(t) for t in eos_token_id)
         probe = self._module.ServingScheduler(self.config)
         for i, p in enumerate(ids):
             probe.add_request(i, p, max_new_tokens, cache_salt=salts[i])
