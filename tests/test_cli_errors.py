@@ -185,6 +185,7 @@ def no_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("simulated before refusing the input")
 
     monkeypatch.setattr(sim_cli, "simulate", refuse)
+    monkeypatch.setattr(sim_cli, "simulate_serving", refuse)
 
 
 @pytest.mark.parametrize(
@@ -210,7 +211,11 @@ def test_count_flags_above_u64(
         (["--prompt-scale", "0"], ["argument --prompt-scale: ", "'0'"]),
         (["--prompt-scale", "1e20"], ["argument --prompt-scale: ", "1e+20", "2**63 - 1"]),
         (["--output-scale", "1e300"], ["argument --output-scale: ", "1e+300"]),
-        (["--prompt-scale", "1e6"], ["argument --max-steps: ", "needs at least", "10000000"]),
+        (
+            ["--prompt-scale", "1e6", "--scheduler", "planner"],
+            ["argument --max-steps: ", "needs at least", "10000000"],
+        ),
+        (["--prompt-scale", "1e6"], ["--chunk-size 256", "request ", "never run", "--num-blocks"]),
         (["--c-attn", "1e300"], ["argument --c-attn: ", "'1e300'", "[0, 3600]"]),
         (["--t-min", "-1"], ["argument --t-min: ", "'-1'"]),
         (["--stall-threshold", "inf"], ["argument --stall-threshold: ", "'inf'"]),
@@ -218,7 +223,29 @@ def test_count_flags_above_u64(
         (["--chunk-size", "512,,none"], ["argument --chunk-size: ", "empty item"]),
         (["--max-running", "0"], ["argument --max-running: ", "'0'"]),
         (["--max-steps", "0"], ["argument --max-steps: ", "'0'"]),
-        (["--token-budget", "64"], ["--token-budget 64 --max-decode-tokens 128", "greater"]),
+        (
+            ["--token-budget", "64", "--scheduler", "planner"],
+            ["--token-budget 64 --max-decode-tokens 128", "greater"],
+        ),
+        (["--token-budget", "64"], ["--token-budget 64", "max_running", "token_budget"]),
+        (["--max-decode-tokens", "64"], ["argument --max-decode-tokens: ", "planner"]),
+        (["--scheduler", "planner", "--num-blocks", "64"], ["argument --num-blocks: ", "serving"]),
+        (["--scheduler", "planner", "--slo-ttft", "1"], ["argument --slo-ttft: ", "serving"]),
+        (["--num-blocks", "0"], ["argument --num-blocks: ", "'0'"]),
+        (["--num-blocks", "8"], ["--num-blocks 8", "request ", "never run"]),
+        (["--watermark", "1"], ["argument --watermark: ", "'1'", "[0, 1)"]),
+        (["--prefix-caching", "maybe"], ["argument --prefix-caching: ", "'maybe'"]),
+        (["--gpu-memory-utilization", "0"], ["argument --gpu-memory-utilization: ", "'0'"]),
+        (["--gpu-memory-utilization", "0.1"], ["no KV-cache block fits", "--num-blocks"]),
+        (["--slo-ttft", "0"], ["argument --slo-ttft: ", "'0'"]),
+        (["--slo-tbt", "nan"], ["argument --slo-tbt: ", "'nan'"]),
+        (["--scheduler", "fifo"], ["argument --scheduler: ", "'fifo'"]),
+        (["--turns", "0"], ["argument --turns: ", "'0'"]),
+        (["--max-steps", "1000"], ["argument --max-steps: ", "needs at least", "decode steps"]),
+        (["--prefix-tokens", "-1"], ["argument --prefix-tokens: ", "'-1'"]),
+        (["--prefix-groups", "4"], ["argument --prefix-groups: ", "--prefix-tokens"]),
+        (["--scheduler", "planner", "--turns", "2"], ["argument --turns: ", "serving"]),
+        (["--trace", "missing.csv", "--turns", "3"], ["--turns", "--trace"]),
         (["--t-min", "0", "--c0", "0", "--c-tok", "0"], ["--t-min", "no duration"]),
         (["--trace", "missing.csv", "--seed", "3"], ["--seed", "--trace"]),
         (["--backend", "java"], ["argument --backend: ", "'java'"]),
@@ -382,16 +409,27 @@ def test_setup_lines_come_before_the_run(
 ) -> None:
     seen: list[str] = []
     real = sim_cli.simulate
+    real_serving = sim_cli.simulate_serving
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         seen.append(capsys.readouterr().out)
         return real(*args, **kwargs)
 
+    def spy_serving(*args: Any, **kwargs: Any) -> Any:
+        seen.append(capsys.readouterr().out)
+        return real_serving(*args, **kwargs)
+
     monkeypatch.setattr(sim_cli, "simulate", spy)
-    code, out, _ = _cli(capsys, "simulate", "--requests", "50", "--chunk-size", "512")
+    monkeypatch.setattr(sim_cli, "simulate_serving", spy_serving)
+    argv = ["simulate", "--requests", "50", "--chunk-size", "512"]
+    code, out, _ = _cli(capsys, *argv, "--scheduler", "planner")
     assert code == 0
     assert "workload:" in seen[0] and "engine:" in seen[0]
     assert "TTFT" in out and "vLLM's ITL" in " ".join(out.split())
+    code, out, _ = _cli(capsys, *argv)
+    assert code == 0
+    assert "workload:" in seen[1] and "engine:" in seen[1] and "KV cache:" in seen[1]
+    assert "7353 blocks of 16 tokens" in " ".join(seen[1].split()) and "TTFT" in out
 
 
 def test_flag_parsers_are_reusable() -> None:

@@ -58,7 +58,10 @@ def test_title_without_workload_names_the_requests(results: list[SimResult]) -> 
 
     fig = latency_figure(results)
     try:
-        assert fig.get_suptitle() == "200 requests\nengine: llama2-7b-a100"
+        assert fig.get_suptitle() == (
+            "200 requests\nengine: llama2-7b-a100 (Llama-2-7B on A100-80GB);"
+            " scheduler: planner, no memory limit"
+        )
     finally:
         plt.close(fig)
 
@@ -77,3 +80,34 @@ def test_without_matplotlib_the_hint_names_the_extra(
     with pytest.raises(PlotUnavailable, match=r"pip install '\.\[plot\]'"):
         plot_cdfs(results, str(tmp_path / "x.png"))
     assert "pip install '.[plot]'" in PLOT_HINT
+
+
+def test_serving_figure_adds_kv_usage_and_names_model_gpu_scheduler() -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from chunked_prefill.sim import expand_serving_configs, simulate_serving
+
+    wl = default_workload(150, rate=30.0, seed=3)
+    results = simulate_serving(wl, expand_serving_configs(chunk_sizes=[256, None]), num_blocks=700)
+    fig = latency_figure(results, workload=wl.source)
+    try:
+        title = fig.get_suptitle()
+        assert wl.source in title and "Llama-2-7B on A100-80GB" in title
+        assert "serving scheduler, 700 KV blocks" in title
+        axes = fig.get_axes()
+        assert len(axes) == 5
+        (kv,) = [ax for ax in axes if ax.get_title() == "KV-cache usage over time"]
+        lines = kv.get_lines()
+        assert len(lines) == 2
+        for r, line in zip(results, lines):
+            assert r.serving is not None
+            ys = line.get_ydata()
+            assert max(ys) <= 1.0 and f"{r.serving.preemptions} preemptions" in line.get_label()
+    finally:
+        plt.close(fig)
+    planner = latency_figure(simulate(wl, expand_configs(chunk_sizes=[256])))
+    try:
+        assert "planner, no memory limit" in planner.get_suptitle()
+    finally:
+        plt.close(planner)

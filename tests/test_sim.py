@@ -617,6 +617,8 @@ def test_cli_json_is_the_same_on_both_backends(capsys: pytest.CaptureFixture[str
         "1,2",
         "--max-decode-tokens",
         "16",
+        "--scheduler",
+        "planner",
     ]
     assert cli.main([*args, "--backend", "pure"]) == 0
     pure_out = capsys.readouterr().out
@@ -635,7 +637,10 @@ def test_cli_trace_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert f"{bad}:2:" in err and "output_tokens" in err
     assert cli.main(["--trace", str(good), "--rate", "5"]) == 2
     assert "--rate" in capsys.readouterr().err
-    assert cli.main(["--token-budget", "64", "--max-decode-tokens", "128"]) == 2
+    assert (
+        cli.main(["--token-budget", "64", "--max-decode-tokens", "128", "--scheduler", "planner"])
+        == 2
+    )
     assert "token_budget" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["--chunk-size", "512,zero"])
@@ -695,7 +700,9 @@ def test_cli_progress_bar_on_a_terminal(
 
     monkeypatch.setattr(Console, "is_terminal", property(lambda self: True))
     monkeypatch.setattr(cli, "simulate", spy)
-    assert cli.main(["--requests", "300", "--chunk-size", "512,none"]) == 0
+    assert (
+        cli.main(["--requests", "300", "--chunk-size", "512,none", "--scheduler", "planner"]) == 0
+    )
     assert (0, 300, 300) in calls and (1, 300, 300) in calls
     capsys.readouterr()
 

@@ -24,6 +24,7 @@ __all__ = [
     "ServingScheduler",
     "Step",
     "__version__",
+    "simulate_serving",
 ]
 __version__: str
 U64_MAX: int
@@ -362,3 +363,33 @@ class ServingScheduler:
     def __deepcopy__(self, memo: Any) -> ServingScheduler: ...
     def __len__(self) -> int: ...
     def __contains__(self, key: object, /) -> bool: ...
+
+def simulate_serving(
+    arrival_s: bytes,
+    prompt_tokens: bytes,
+    output_tokens: bytes,
+    priority: bytes,
+    known: bytes,
+    prefix_tokens: int,
+    group: bytes,
+    session: bytes,
+    hash_block: int,
+    hash_offsets: bytes,
+    hash_ids: bytes,
+    *,
+    num_blocks: int,
+    block_size: int,
+    token_budget: int,
+    chunk_size: int,
+    max_prefills_per_step: int,
+    max_running: int,
+    watermark: float,
+    prefix_caching: bool,
+    engine: tuple[float, float, float, float, float],
+    max_steps: int,
+) -> dict[str, Any]:
+    """Run the serving simulation loop of the core (``chunked_prefill.sim.serving``).
+
+    Arrays are little-endian 8-byte values (``numpy.ndarray.tobytes()``); the records come
+    back as bytes for ``numpy.frombuffer`` and ints/floats.
+    """

@@ -11,17 +11,27 @@ returns one :class:`SimResult` per configuration::
     for r in results:
         print(r.config.label(), r.ttft_s.p99, r.tbt_s.p99, r.tbt_s.max)
 
-The command line is ``chunked-prefill simulate`` (see :mod:`chunked_prefill.sim.cli`).
+:func:`simulate_serving` runs the serving scheduler instead, memory-true (KV-block pool,
+prefix caching, preemption), its loop in the Rust core; it is what the command line does
+by default. The command line is ``chunked-prefill simulate`` (see
+:mod:`chunked_prefill.sim.cli`).
 """
 
 from __future__ import annotations
 
 from .engine import DEFAULT_ENGINE, ENGINE_PRESETS, EngineModel, ProfileError, load_profile
+from .serving import (
+    ServingSimConfig,
+    default_num_blocks,
+    expand_serving_configs,
+    simulate_serving,
+)
 from .simulator import (
     DEFAULT_CHUNK_SIZES,
     DEFAULT_STALL_THRESHOLD_S,
     ConfigError,
     Percentiles,
+    ServingStats,
     SimConfig,
     SimResult,
     StepLimitError,
@@ -59,6 +69,8 @@ __all__ = [
     "Percentiles",
     "ProfileError",
     "Request",
+    "ServingSimConfig",
+    "ServingStats",
     "SimConfig",
     "SimResult",
     "StepLimitError",
@@ -67,11 +79,14 @@ __all__ = [
     "Workload",
     "backend_name",
     "check_configs",
+    "default_num_blocks",
     "default_workload",
     "expand_configs",
+    "expand_serving_configs",
     "load_profile",
     "load_trace",
     "min_steps",
     "resolve_backend",
     "simulate",
+    "simulate_serving",
 ]

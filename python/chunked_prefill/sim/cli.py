@@ -16,16 +16,36 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .._args import U64_MAX, ArgumentParser, UsageError, float_flag, int_flag, list_of, one_line
+from .._args import (
+    U64_MAX,
+    ArgumentParser,
+    UsageError,
+    float_flag,
+    int_flag,
+    list_of,
+    one_line,
+    show,
+)
 from .engine import (
     DEFAULT_ENGINE,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
     ENGINE_PRESETS,
     MAX_COEFFICIENT_S,
+    MEMORY_PRESETS,
     EngineModel,
     ProfileError,
     load_profile,
 )
 from .report import PLOT_HINT, PlotUnavailable, print_table, results_to_json
+from .serving import (
+    ServingSimConfig,
+    check_fits,
+    expand_serving_configs,
+    memory_of,
+    min_serving_steps,
+    resolve_configs,
+    simulate_serving,
+)
 from .simulator import (
     DEFAULT_STALL_THRESHOLD_S,
     ConfigError,
@@ -63,13 +83,17 @@ MAX_STEPS_LIMIT = 10**12
 """The largest ``--max-steps``."""
 
 _DESCRIPTION = """\
-Replay a workload through the real chunked-prefill Scheduler against a step-latency model
-of the engine, and report the TTFT, TBT and end-to-end latency each configuration gives.
-TBT (time between tokens) is what vLLM's benchmarks call ITL (inter-token latency).
+Replay a workload through a real scheduler against a model of the engine (step latency and
+KV-cache memory), and report the TTFT, TBT, end-to-end latency, queueing, preemptions,
+prefix-cache hits, KV usage and goodput each configuration gives. By default the serving
+scheduler (KV-block pool, prefix caching, preemption) runs in the Rust core's loop;
+--scheduler planner runs the original planner without a memory limit. TBT (time between
+tokens) is what vLLM's benchmarks call ITL (inter-token latency).
 
 With no arguments: the embedded synthetic chat workload (1000 requests, Poisson arrivals
-at 6 req/s, heavy-tailed prompt and output lengths) on Llama-2-7B / A100 coefficients,
-comparing chunk sizes 256, 512, 2048 and none (whole prompts in one step).
+at 6 req/s, heavy-tailed prompt and output lengths) on Llama-2-7B / A100 coefficients
+with the KV pool its 80 GB leave, comparing chunk sizes 256, 512, 2048 and none (whole
+prompts in one step) under a 2048-token budget.
 
 Every scheduler option takes a comma list; the configurations run are the cross product
 of all lists (options that do not apply are dropped, duplicates removed)."""
@@ -78,8 +102,9 @@ _EPILOG = f"""\
 step time model: max(t_min, c0 + c_tok*(prefill+decode tokens)) + c_attn*(prefill
 (query, key) pairs) + c_kv*(context tokens of the decode requests), in seconds.
 Trace columns: arrival_s, prompt_tokens, output_tokens (+ optional cached_tokens,
-priority); common public-trace names are accepted as aliases. Token counts are whole
-numbers up to {MAX_TOKENS} (2**63 - 1); arrival times up to 2**53 in --time-unit.
+priority, hash_ids, session_id, prefix_id); common public-trace names are accepted as
+aliases. Token counts are whole numbers up to {MAX_TOKENS} (2**63 - 1); arrival
+times up to 2**53 in --time-unit.
 
 Every bad input is one line 'chunked-prefill simulate: error: ...' on stderr and exit
 status 2, before anything is simulated."""
@@ -89,6 +114,17 @@ _COUNT_OR_NONE = int_flag(1, U64_MAX, none=True)
 _SECONDS = float_flag(0.0, sys.float_info.max, what="seconds")
 _COEFFICIENT = float_flag(0.0, MAX_COEFFICIENT_S, what="seconds")
 _SCALE = float_flag(0.0, sys.float_info.max, low_open=True, what="a factor")
+_SLO = float_flag(0.0, sys.float_info.max, low_open=True, what="seconds")
+
+
+def _on_off(text: str) -> bool:
+    word = text.strip().lower()
+    if word not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"expected 'on' or 'off', got {show(text)}")
+    return word == "on"
+
+
+_on_off.__name__ = "'on' or 'off'"
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
@@ -126,6 +162,35 @@ def _configure(p: argparse.ArgumentParser) -> None:
         help="synthetic workload seed, 0 to 2**64 - 1 (default: 0)",
     )
     w.add_argument(
+        "--prefix-tokens",
+        type=int_flag(0, MAX_TOKENS),
+        metavar="N",
+        help="serving only: every prompt starts with its group's N shared tokens, like a"
+        " system prompt, before the drawn length; with --trace, rows with the same prefix_id"
+        " share their first N tokens (default: 0)",
+    )
+    w.add_argument(
+        "--hash-block",
+        type=int_flag(1, MAX_TOKENS),
+        metavar="N",
+        help="serving, --trace only: tokens per block hash of the trace's hash_ids column"
+        " (default: 512, Mooncake's)",
+    )
+    w.add_argument(
+        "--prefix-groups",
+        type=int_flag(1, MAX_TOKENS),
+        metavar="G",
+        help="serving, synthetic only: requests are spread over G groups with distinct"
+        " prefixes (default: 1)",
+    )
+    w.add_argument(
+        "--turns",
+        type=int_flag(1, MAX_TOKENS),
+        metavar="T",
+        help="serving, synthetic only: sessions of T turns, each turn's prompt extending the"
+        " previous turn's prompt and output (default: 1)",
+    )
+    w.add_argument(
         "--prompt-scale",
         type=_SCALE,
         default=1.0,
@@ -144,6 +209,14 @@ def _configure(p: argparse.ArgumentParser) -> None:
         "scheduler (comma lists; the cross product is run; counts are 1 to 2**64 - 1)"
     )
     s.add_argument(
+        "--scheduler",
+        choices=("serving", "planner"),
+        default="serving",
+        help="serving: the serving scheduler with its KV-block pool, prefix caching and"
+        " preemption (memory-true); planner: the original planner, no memory limit, as the"
+        " simulator before it (default: %(default)s)",
+    )
+    s.add_argument(
         "--chunk-size",
         type=list_of(_COUNT_OR_NONE),
         default=[256, 512, 2048, None],
@@ -154,24 +227,24 @@ def _configure(p: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--token-budget",
         type=list_of(_COUNT_OR_NONE),
-        default=[None],
         metavar="LIST",
-        help="tokens (decode + prefill) per step, or 'none' for the one-chunk rule; like"
-        " vLLM's max_num_batched_tokens (default: none)",
+        help="tokens (decode + prefill) per step, like vLLM's max_num_batched_tokens; 'none':"
+        " the planner's one-chunk rule, or no budget for the serving scheduler (room for"
+        " every decode and a whole chunk) (default: 2048 for serving, none for planner)",
     )
     s.add_argument(
         "--max-prefills-per-step",
         type=list_of(_COUNT),
-        default=[1],
         metavar="LIST",
-        help="requests that may get a chunk in one step; needs a token budget (default: 1)",
+        help="requests that may get a chunk in one step; the planner's needs a token budget"
+        " (default: 4 for serving, 1 for planner)",
     )
     s.add_argument(
         "--max-decode-tokens",
         type=list_of(_COUNT),
-        default=[128],
         metavar="LIST",
-        help="most decode tokens per step (default: 128)",
+        help="planner only: most decode tokens per step (default: 128); the serving"
+        " scheduler decodes every running request each step",
     )
     s.add_argument(
         "--max-running",
@@ -179,6 +252,31 @@ def _configure(p: argparse.ArgumentParser) -> None:
         default=[256],
         metavar="LIST",
         help="most requests running at once, like vLLM's max_num_seqs (default: 256)",
+    )
+    s.add_argument(
+        "--block-size",
+        type=list_of(_COUNT),
+        metavar="LIST",
+        help="serving only: tokens per KV-cache block (default: 16)",
+    )
+    s.add_argument(
+        "--num-blocks",
+        type=list_of(_COUNT),
+        metavar="LIST",
+        help="serving only: KV-cache blocks in the pool (default: derived from the GPU memory"
+        " of the --engine preset, see --gpu-memory-utilization)",
+    )
+    s.add_argument(
+        "--watermark",
+        type=list_of(float_flag(0.0, 1.0, high_open=True, what="a fraction")),
+        metavar="LIST",
+        help="serving only: fraction of the pool admission keeps free (default: 0)",
+    )
+    s.add_argument(
+        "--prefix-caching",
+        type=list_of(_on_off),
+        metavar="LIST",
+        help="serving only: on or off (default: on)",
     )
     s.add_argument(
         "--max-steps",
@@ -242,6 +340,38 @@ def _configure(p: argparse.ArgumentParser) -> None:
         f" {DEFAULT_ENGINE.name})",
     )
 
+    e.add_argument(
+        "--gpu-memory-utilization",
+        type=float_flag(0.0, 1.0, low_open=True, what="a fraction"),
+        metavar="F",
+        help="serving only: fraction of the GPU's memory the engine may use; the KV pool is"
+        " that minus the weights and an activation reserve (default:"
+        f" {DEFAULT_GPU_MEMORY_UTILIZATION:g})",
+    )
+
+    g = p.add_argument_group(
+        "SLOs (serving only; per request, as vLLM's benchmark goodput: a request meets the"
+        " SLOs when it meets every one given)"
+    )
+    g.add_argument(
+        "--slo-ttft",
+        type=_SLO,
+        metavar="S",
+        help="time to first token, seconds",
+    )
+    g.add_argument(
+        "--slo-tpot",
+        type=_SLO,
+        metavar="S",
+        help="mean time per output token after the first, seconds",
+    )
+    g.add_argument(
+        "--slo-tbt",
+        type=_SLO,
+        metavar="S",
+        help="every gap between two of its tokens, seconds (stricter than --slo-tpot)",
+    )
+
     o = p.add_argument_group("output")
     o.add_argument(
         "--json",
@@ -303,17 +433,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _workload(args: argparse.Namespace) -> Workload:
     if args.trace is not None:
-        for flag, value in (("--rate", args.rate), ("--seed", args.seed)):
+        for flag, value in (
+            ("--rate", args.rate),
+            ("--seed", args.seed),
+            ("--prefix-groups", args.prefix_groups),
+            ("--turns", args.turns),
+        ):
             if value is not None:
                 raise UsageError(f"{flag} applies to the synthetic workload, not to --trace")
-        wl = load_trace(args.trace, time_unit=args.time_unit)
+        wl = load_trace(
+            args.trace,
+            time_unit=args.time_unit,
+            hash_block=args.hash_block or 512,
+            prefix_tokens=args.prefix_tokens or 0,
+        )
+        if args.prefix_tokens and not wl.group:
+            raise UsageError(
+                f"argument --prefix-tokens: {args.trace} has no prefix_id column to say"
+                " which rows share a prefix"
+            )
         if args.requests is not None:
             wl = wl.head(args.requests)
     else:
+        if args.hash_block is not None:
+            raise UsageError("argument --hash-block: applies to a --trace with hash_ids")
+        if args.prefix_groups is not None and not args.prefix_tokens:
+            raise UsageError("argument --prefix-groups: needs --prefix-tokens N (N > 0)")
         wl = default_workload(
             args.requests if args.requests is not None else DEFAULT_REQUESTS,
             rate=args.rate if args.rate is not None else DEFAULT_RATE,
             seed=args.seed if args.seed is not None else 0,
+            prefix_tokens=args.prefix_tokens or 0,
+            prefix_groups=args.prefix_groups or 1,
+            turns=args.turns or 1,
         )
     try:
         wl = wl.scaled(args.prompt_scale, 1.0)
@@ -400,14 +552,67 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
+_SERVING_ONLY = (
+    ("--hash-block", "hash_block"),
+    ("--prefix-tokens", "prefix_tokens"),
+    ("--prefix-groups", "prefix_groups"),
+    ("--turns", "turns"),
+    ("--block-size", "block_size"),
+    ("--num-blocks", "num_blocks"),
+    ("--watermark", "watermark"),
+    ("--prefix-caching", "prefix_caching"),
+    ("--gpu-memory-utilization", "gpu_memory_utilization"),
+    ("--slo-ttft", "slo_ttft"),
+    ("--slo-tpot", "slo_tpot"),
+    ("--slo-tbt", "slo_tbt"),
+)
+
+
 def _configs(args: argparse.Namespace) -> list[SimConfig]:
+    for flag, name in _SERVING_ONLY:
+        if getattr(args, name) is not None:
+            raise UsageError(f"argument {flag}: applies to --scheduler serving, not planner")
     return expand_configs(
         args.chunk_size,
-        args.token_budget,
-        args.max_prefills_per_step,
-        args.max_decode_tokens,
+        args.token_budget if args.token_budget is not None else [None],
+        args.max_prefills_per_step if args.max_prefills_per_step is not None else [1],
+        args.max_decode_tokens if args.max_decode_tokens is not None else [128],
         args.max_running,
     )
+
+
+def _serving_configs(args: argparse.Namespace) -> list[ServingSimConfig]:
+    if args.max_decode_tokens is not None:
+        raise UsageError(
+            "argument --max-decode-tokens: applies to --scheduler planner; the serving"
+            " scheduler decodes every running request in each step"
+        )
+    budgets = args.token_budget if args.token_budget is not None else [2048]
+    return expand_serving_configs(
+        args.chunk_size,
+        budgets,
+        args.max_prefills_per_step or [4],
+        args.max_running,
+        args.block_size or [16],
+        args.num_blocks or [None],
+        args.watermark or [0.0],
+        args.prefix_caching or [True],
+    )
+
+
+def _serving_flags(cfg: ServingSimConfig) -> str:
+    """The flags that give ``cfg``, for a message about it."""
+    parts = [f"--chunk-size {'none' if cfg.chunk_size is None else cfg.chunk_size}"]
+    if cfg.token_budget is not None:
+        parts.append(f"--token-budget {cfg.token_budget}")
+    parts.append(f"--max-prefills-per-step {cfg.max_prefills_per_step}")
+    parts.append(f"--max-running {cfg.max_running}")
+    parts.append(f"--block-size {cfg.block_size}")
+    if cfg.num_blocks is not None:
+        parts.append(f"--num-blocks {cfg.num_blocks}")
+    if cfg.watermark:
+        parts.append(f"--watermark {cfg.watermark:g}")
+    return "the configuration " + " ".join(parts)
 
 
 def _flags(cfg: SimConfig) -> str:
@@ -427,10 +632,12 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.plot is not None:
         _check_plot_path(args.plot)
+    if args.scheduler == "serving":
+        return _run_serving(args)
     module = resolve_backend(args.backend)
+    configs = _configs(args)
     workload = _workload(args)
     engine = _engine(args)
-    configs = _configs(args)
     try:
         check_configs(workload, configs, backend=module, max_steps=args.max_steps)
     except ConfigError as err:
@@ -468,6 +675,111 @@ def _run(args: argparse.Namespace) -> int:
         console.print(
             f"[dim]{len(configs)} configuration(s) x {len(workload)} requests simulated in"
             f" {wall:.2f} s wall time ({backend_name(module)} backend)"
+            + (f"; plot written to {args.plot}" if args.plot else "")
+            + "[/]",
+            highlight=False,
+        )
+    return 0
+
+
+def _serving_backend(name: str) -> str:
+    if name != "auto":
+        return name
+    return backend_name(resolve_backend("auto"))
+
+
+def _run_serving(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    if args.plot is not None:
+        _check_plot_path(args.plot)
+    backend = _serving_backend(args.backend)
+    workload = _workload(args)
+    engine = _engine(args)
+    configs = _serving_configs(args)
+    memory = MEMORY_PRESETS.get(args.engine) or memory_of(engine)
+    util = (
+        args.gpu_memory_utilization
+        if args.gpu_memory_utilization is not None
+        else DEFAULT_GPU_MEMORY_UTILIZATION
+    )
+    resolved = resolve_configs(workload, configs, engine, None, memory, util)
+    from ..pure_serving import ServingConfig
+
+    for cfg, options in zip(configs, resolved):
+        try:
+            ServingConfig(**options)
+        except ValueError as err:
+            what = _serving_flags(cfg)
+            if options["num_blocks"] == 0:
+                raise UsageError(
+                    f"{what}: no KV-cache block fits: {memory.describe(cfg.block_size, util)};"
+                    " raise --gpu-memory-utilization or give --num-blocks"
+                ) from None
+            raise UsageError(f"{what}: {err}") from None
+        try:
+            check_fits(workload, options)
+        except ValueError as err:
+            text = str(err)
+            if args.trace is not None:
+                index = int(text.split()[1])
+                text = f"{args.trace}: data row {index + 1}: {text}"
+            lower = ", lower --watermark" if cfg.watermark else ""
+            raise UsageError(
+                f"{_serving_flags(cfg)}: {text}; raise --num-blocks or"
+                f" --gpu-memory-utilization{lower}, or shorten the request"
+            ) from None
+        steps, reason = min_serving_steps(workload, options)
+        if steps > args.max_steps:
+            raise StepLimitError(cfg, steps, args.max_steps, reason, estimated=True)
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=160)
+    if not args.quiet and not args.json:
+        _print_setup(console, workload, engine)
+        lines: list[str] = []
+        for cfg in configs:
+            if cfg.num_blocks is None:
+                line = memory.describe(cfg.block_size, util)
+            else:
+                line = f"{cfg.num_blocks} blocks of {cfg.block_size} tokens (--num-blocks)"
+            if line not in lines:
+                lines.append(line)
+                console.print(f"[bold]KV cache[/]: {line}", highlight=False)
+        if any(workload.cached_tokens):
+            console.print(
+                "[dim]note: the serving scheduler finds prefix-cache hits itself and ignores"
+                " the trace's cached_tokens column (--scheduler planner honours it)[/]",
+                highlight=False,
+            )
+    started = time.perf_counter()
+    results = simulate_serving(
+        workload,
+        configs,
+        engine=engine,
+        memory=memory,
+        gpu_memory_utilization=util,
+        backend=backend,
+        stall_threshold_s=args.stall_threshold,
+        slo_ttft_s=args.slo_ttft,
+        slo_tpot_s=args.slo_tpot,
+        slo_tbt_s=args.slo_tbt,
+        max_steps=args.max_steps,
+    )
+    wall = time.perf_counter() - started
+    if args.plot is not None:
+        from .report import plot_cdfs
+
+        plot_cdfs(results, args.plot, workload=workload.source)
+    if args.json:
+        sys.stdout.write(results_to_json(results) + "\n")
+        sys.stdout.flush()
+        return 0
+    print_table(results, console)
+    if not args.quiet:
+        console.print(
+            f"[dim]{len(configs)} configuration(s) x {len(workload)} requests simulated in"
+            f" {wall:.2f} s wall time (serving scheduler, {backend} loop)"
             + (f"; plot written to {args.plot}" if args.plot else "")
             + "[/]",
             highlight=False,

@@ -16,6 +16,7 @@ its prompt plus the tokens it has generated so far.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from dataclasses import asdict, dataclass, fields, replace
@@ -26,9 +27,12 @@ from ._json import loads as json_loads
 
 __all__ = [
     "DEFAULT_ENGINE",
+    "DEFAULT_GPU_MEMORY_UTILIZATION",
     "ENGINE_PRESETS",
     "MAX_COEFFICIENT_S",
+    "MEMORY_PRESETS",
     "EngineModel",
+    "KVMemory",
     "ProfileError",
     "load_profile",
 ]
@@ -283,3 +287,81 @@ def load_profile(path: str | os.PathLike[str], base: EngineModel = DEFAULT_ENGIN
         return replace(model, **changes)
     except ValueError as err:  # a rule across keys, e.g. a step with no duration
         raise ProfileError(f"{name}: {err}") from None
+
+
+# --------------------------------------------------------------------------- KV memory
+
+GIB = 2**30
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+"""The fraction of GPU memory the engine may use (vLLM's ``gpu_memory_utilization``)."""
+
+
+@dataclass(frozen=True)
+class KVMemory:
+    """The model and GPU figures that size the KV cache, as vLLM sizes it.
+
+    ``kv_bytes = gpu_memory_bytes * utilization - weight_bytes - activation_bytes``, and
+    each token's K and V take ``2 * layers * kv_heads * head_dim * dtype_bytes`` bytes, so
+    the pool holds ``kv_bytes // bytes_per_token // block_size`` blocks. A catalog of other
+    models and GPUs plugs in here (one entry per engine preset).
+    """
+
+    model: str
+    gpu: str
+    gpu_memory_bytes: int
+    weight_bytes: int
+    """The fp16 weights (2 bytes per parameter)."""
+    activation_bytes: int
+    """Kept back for activations of the largest step (vLLM measures it with a profile run;
+    this is an estimate)."""
+    layers: int
+    kv_heads: int
+    head_dim: int
+    dtype_bytes: int = 2
+
+    @property
+    def bytes_per_token(self) -> int:
+        """K and V of one token in every layer."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+
+    def kv_bytes(self, utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION) -> int:
+        """Bytes left for the KV cache (0 when the weights do not fit)."""
+        usable = math.floor(self.gpu_memory_bytes * utilization)
+        return max(0, usable - self.weight_bytes - self.activation_bytes)
+
+    def num_blocks(
+        self, block_size: int, utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+    ) -> int:
+        """KV-cache blocks of ``block_size`` tokens that fit."""
+        return self.kv_bytes(utilization) // self.bytes_per_token // block_size
+
+    def describe(self, block_size: int, utilization: float) -> str:
+        """One line: how the pool size follows from the memory."""
+        blocks = self.num_blocks(block_size, utilization)
+        return (
+            f"{self.gpu}: {self.gpu_memory_bytes / GIB:g} GiB x {utilization:g}"
+            f" - {self.weight_bytes / 1e9:.2f} GB weights - {self.activation_bytes / GIB:g} GiB"
+            f" activations = {self.kv_bytes(utilization) / GIB:.1f} GiB KV cache at"
+            f" {self.bytes_per_token // 1024} KiB/token = {blocks} blocks of {block_size}"
+            f" tokens ({blocks * block_size} tokens)"
+        )
+
+
+def _llama2_7b(gpu: str, gpu_memory_bytes: int) -> KVMemory:
+    return KVMemory(
+        model="Llama-2-7B",
+        gpu=gpu,
+        gpu_memory_bytes=gpu_memory_bytes,
+        weight_bytes=13_476_839_424,  # 6.74e9 parameters in fp16
+        activation_bytes=2 * GIB,
+        layers=32,
+        kv_heads=32,
+        head_dim=128,
+    )
+
+
+MEMORY_PRESETS: dict[str, KVMemory] = {
+    "llama2-7b-a100": _llama2_7b("A100-80GB", 80 * GIB),
+    "llama2-7b-h100": _llama2_7b("H100-80GB", 80 * GIB),
+}
+"""The KV memory of each engine preset (same keys as :data:`ENGINE_PRESETS`)."""

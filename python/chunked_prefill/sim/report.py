@@ -25,6 +25,7 @@ __all__ = [
     "require_matplotlib",
     "results_table",
     "results_to_json",
+    "serving_table",
     "short_labels",
 ]
 
@@ -81,18 +82,110 @@ def _option(value: Any) -> str:
     return "none" if value is None else str(value)
 
 
+_LABELS = {
+    "chunk_size": "chunk",
+    "token_budget": "budget",
+    "max_prefills_per_step": "prefills",
+    "max_decode_tokens": "decode cap",
+    "max_running": "max running",
+    "block_size": "block",
+    "num_blocks": "blocks",
+    "watermark": "watermark",
+    "prefix_caching": "prefix cache",
+}
+
+
 def short_labels(results: Sequence[SimResult]) -> list[str]:
     """One label per result naming only the options that differ (the chunk size always)."""
     dicts = [r.config.to_dict() for r in results]
-    names = {
-        "chunk_size": "chunk",
-        "token_budget": "budget",
-        "max_prefills_per_step": "prefills",
-        "max_decode_tokens": "decode cap",
-        "max_running": "max running",
-    }
-    keys = [k for k in names if k == "chunk_size" or len({d[k] for d in dicts}) > 1]
-    return [" ".join(f"{names[k]}={_option(d[k])}" for k in keys) for d in dicts]
+    keys = [
+        k
+        for k in _LABELS
+        if k == "chunk_size" or (all(k in d for d in dicts) and len({d[k] for d in dicts}) > 1)
+    ]
+    return [" ".join(f"{_LABELS[k]}={_option(d[k])}" for k in keys) for d in dicts]
+
+
+_SERVING_COLUMNS = (
+    ("chunk_size", "chunk"),
+    ("token_budget", "budget"),
+    ("max_prefills_per_step", "prefills"),
+    ("max_running", "max\nrunning"),
+    ("block_size", "block"),
+    ("num_blocks", "blocks"),
+    ("watermark", "water\nmark"),
+    ("prefix_caching", "prefix\ncache"),
+)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.0f}"
+
+
+def serving_table(results: Sequence[SimResult], *, title: str | None = None) -> Table:
+    """The table of serving-scheduler results: latency, queueing, memory, goodput.
+
+    Eleven figure columns plus the options that differ, to stay within 80 columns; the
+    rest is in ``--json``.
+    """
+    from rich import box
+    from rich.table import Table
+
+    slo = any(r.serving is not None and r.serving.slo for r in results)
+    table = Table(
+        title=title,
+        caption="TTFT, TBT, queue in ms; hit: prefix cache %; KV: peak pool %"
+        + ("; good: goodput req/s" if slo else ""),
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    dicts = [r.config.to_dict() for r in results]
+    shown = [
+        (key, head)
+        for key, head in _SERVING_COLUMNS
+        # A budget of None only follows from chunk none (stretched): not a difference.
+        if key == "chunk_size" or len({d[key] for d in dicts} - {None}) > 1
+    ]
+    for _key, head in shown:
+        table.add_column(head, justify="right", style="cyan")
+    for head in ("TTFT\np50", "TTFT\np99"):
+        table.add_column(head, justify="right")
+    for head in ("TBT\np50", "TBT\np99", "TBT\nmax"):
+        table.add_column(head, justify="right", style="magenta")
+    table.add_column("queue\np99", justify="right")
+    table.add_column("out\ntok/s", justify="right")
+    table.add_column("pre-\nempt", justify="right", style="red")
+    table.add_column("hit\n%", justify="right")
+    table.add_column("KV\n%", justify="right")
+    threshold_ms = results[0].stall_threshold_s * 1e3 if results else 0.0
+    if slo:
+        table.add_column("good\nreq/s", justify="right", style="green")
+    else:
+        table.add_column(f"stalls\n>{threshold_ms:g}ms", justify="right", style="red")
+    for column in table.columns:
+        column.no_wrap = True
+    for r, d in zip(results, dicts):
+        s = r.serving
+        if s is None:
+            continue
+        last = f"{s.goodput_rps:.2f}" if slo and s.goodput_rps is not None else str(r.stalls)
+        table.add_row(
+            *(_option(d[key]) for key, _ in shown),
+            _ms(r.ttft_s.p50),
+            _ms(r.ttft_s.p99),
+            _ms(r.tbt_s.p50),
+            _ms(r.tbt_s.p99),
+            _ms(r.tbt_s.max),
+            _ms(s.queue_s.p99),
+            f"{r.throughput_tok_s:.0f}",
+            str(s.preemptions),
+            _pct(s.prefix_hit_rate),
+            _pct(s.kv_usage_peak),
+            last,
+        )
+    return table
 
 
 def results_table(results: Sequence[SimResult], *, title: str | None = None) -> Table:
@@ -158,7 +251,10 @@ def print_table(results: Sequence[SimResult], console: Console, title: str | Non
     """
     from rich.measure import Measurement
 
-    table = results_table(results, title=title)
+    if results and all(r.serving is not None for r in results):
+        table = serving_table(results, title=title)
+    else:
+        table = results_table(results, title=title)
     needed = Measurement.get(console, console.options.update_width(10_000), table).maximum
     width = console.width
     if needed <= width:
@@ -190,11 +286,22 @@ def require_matplotlib() -> None:
 
 
 def plot_title(results: Sequence[SimResult], workload: str | None = None) -> str:
-    """The figure's title: the workload (else the request count) and the engine(s)."""
+    """The figure's title: the workload (else the request count), the engine(s) with their
+    model and GPU, and the scheduler (with the KV pool for the serving scheduler)."""
+    from .serving import memory_of
+
     if workload is None:
         workload = f"{results[0].requests} requests" if results else "no results"
-    engines = list(dict.fromkeys(r.engine.name for r in results))
-    return f"{workload}\nengine: {', '.join(engines) or '-'}"
+    engines = []
+    for name in dict.fromkeys(r.engine.name for r in results):
+        memory = memory_of(name)
+        engines.append(f"{name} ({memory.model} on {memory.gpu})")
+    pools = sorted({r.serving.num_blocks for r in results if r.serving is not None})
+    if pools:
+        scheduler = f"serving scheduler, {', '.join(map(str, pools))} KV blocks"
+    else:
+        scheduler = "planner, no memory limit"
+    return f"{workload}\nengine: {', '.join(engines) or '-'}; scheduler: {scheduler}"
 
 
 def _tail(
@@ -214,12 +321,14 @@ def _tail(
 def latency_figure(results: Sequence[SimResult], *, workload: str | None = None) -> Figure:
     """A matplotlib figure of the TTFT and TBT distributions of every configuration.
 
-    The top row is the CDF (the body: medians and the usual case); the bottom row is the
+    The top row is the CDF (the body: medians and the usual case); the second row is the
     tail, the fraction of samples at or above each latency on a log axis, where p99 (the
     1e-2 line), p99.9 and the maximum (the last point of each curve) are as far apart as
-    they are in time, and the TBT panel marks the stall threshold. The title names the
-    ``workload`` (a description such as ``Workload.source``; else the request count) and
-    the engine. The caller closes the figure (``matplotlib.pyplot.close(fig)``).
+    they are in time, and the TBT panel marks the stall threshold. Serving-scheduler
+    results add a third row: KV-cache usage over time. The title names the ``workload``
+    (a description such as ``Workload.source``; else the request count), the engine with
+    its model and GPU, and the scheduler. The caller closes the figure
+    (``matplotlib.pyplot.close(fig)``).
     """
     require_matplotlib()
     import matplotlib
@@ -227,8 +336,15 @@ def latency_figure(results: Sequence[SimResult], *, workload: str | None = None)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5), sharex="col")
-    (ax_ttft, ax_tbt), (tail_ttft, tail_tbt) = axes
+    serving = bool(results) and all(r.serving is not None for r in results)
+    fig = plt.figure(figsize=(12, 12.5 if serving else 8.5))
+    grid = fig.add_gridspec(3 if serving else 2, 2)
+    ax_ttft = fig.add_subplot(grid[0, 0])
+    ax_tbt = fig.add_subplot(grid[0, 1])
+    tail_ttft = fig.add_subplot(grid[1, 0], sharex=ax_ttft)
+    tail_tbt = fig.add_subplot(grid[1, 1], sharex=ax_tbt)
+    if serving:
+        _kv_panel(fig.add_subplot(grid[2, :]), results)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for index, (r, label) in enumerate(zip(results, short_labels(results))):
         color = colors[index % len(colors)]
@@ -270,6 +386,31 @@ def latency_figure(results: Sequence[SimResult], *, workload: str | None = None)
     fig.suptitle(plot_title(results, workload))
     fig.tight_layout()
     return fig
+
+
+def _kv_panel(ax: Any, results: Sequence[SimResult]) -> None:
+    """KV-cache usage over time, one line per configuration (the serving scheduler's)."""
+    import matplotlib.pyplot as plt
+
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for index, (r, label) in enumerate(zip(results, short_labels(results))):
+        s = r.serving
+        if s is None or not s.kv_series_t.size:
+            continue
+        used = s.kv_series_blocks.astype(float) / s.num_blocks
+        ax.plot(
+            s.kv_series_t,
+            used,
+            color=colors[index % len(colors)],
+            linewidth=0.8,
+            label=f"{label} ({s.preemptions} preemptions)",
+        )
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("simulated time, s")
+    ax.set_ylabel("KV blocks in use (fraction of the pool)")
+    ax.set_title("KV-cache usage over time")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small", loc="lower right")
 
 
 def plot_cdfs(results: Sequence[SimResult], path: str, *, workload: str | None = None) -> None:

@@ -50,6 +50,7 @@ __all__ = [
     "DEFAULT_STALL_THRESHOLD_S",
     "ConfigError",
     "Percentiles",
+    "ServingStats",
     "SimConfig",
     "SimResult",
     "StepLimitError",
@@ -245,10 +246,40 @@ class StepRecord:
 
 
 @dataclass(frozen=True)
+class ServingStats:
+    """The figures only a memory-true (serving scheduler) run has."""
+
+    queue_s: Percentiles
+    """Arrival to first admission (getting KV blocks and a first chunk)."""
+    preemptions: int
+    recomputed_tokens: int
+    """Tokens computed again by requests that lost their blocks."""
+    prefix_hit_rate: float
+    """Prompt tokens found in the prefix cache at first admission / all prompt tokens."""
+    kv_usage_mean: float
+    """Blocks in use, averaged over the engine's busy time, as a fraction of the pool."""
+    kv_usage_peak: float
+    num_blocks: int
+    input_throughput_tok_s: float
+    slo: dict[str, float]
+    """The SLOs given (``ttft_s``, ``tpot_s``, ``tbt_s``), maybe none."""
+    slo_attainment: float | None
+    goodput_rps: float | None
+    kv_series_t: npt.NDArray[np.float64] = field(repr=False, compare=False)
+    """KV usage over time: step end times (thinned to at most 4096 points)."""
+    kv_series_blocks: npt.NDArray[np.uint64] = field(repr=False, compare=False)
+    max_gap: npt.NDArray[np.float64] = field(repr=False, compare=False)
+    """Per request: its longest gap between two tokens."""
+    preempted: npt.NDArray[np.uint64] = field(repr=False, compare=False)
+    """Per request: times it was preempted."""
+
+
+@dataclass(frozen=True)
 class SimResult:
     """What one configuration did to the workload: summaries plus the raw samples."""
 
-    config: SimConfig
+    config: Any
+    """A :class:`SimConfig` (the planner) or a ``ServingSimConfig``."""
     requests: int
     ttft_s: Percentiles
     tbt_s: Percentiles
@@ -272,11 +303,14 @@ class SimResult:
     finish: npt.NDArray[np.float64] = field(repr=False, compare=False)
     """Per request: when its last token was emitted."""
     prefilled: npt.NDArray[np.int64] = field(repr=False, compare=False)
-    """Per request: prompt tokens it was given in chunks."""
+    """Per request: prompt tokens it was given in chunks (planner runs; zeros for serving
+    runs, whose per-request figures are in ``serving``)."""
     tbt_gaps: npt.NDArray[np.float64] = field(repr=False, compare=False)
     """TBT gap values; gap ``i`` occurred ``tbt_weights[i]`` times."""
     tbt_weights: npt.NDArray[np.int64] = field(repr=False, compare=False)
     step_log: tuple[StepRecord, ...] | None = field(default=None, repr=False, compare=False)
+    serving: ServingStats | None = None
+    """The serving scheduler's figures (``None`` for a planner run)."""
 
     @property
     def ttft(self) -> npt.NDArray[np.float64]:
@@ -290,7 +324,7 @@ class SimResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The summaries as JSON-ready plain data (the schema of ``--json``)."""
-        return {
+        out: dict[str, Any] = {
             "config": self.config.to_dict(),
             "requests": self.requests,
             "ttft_s": self.ttft_s.to_dict(),
@@ -305,6 +339,24 @@ class SimResult:
             "output_tokens": self.output_tokens,
             "engine": self.engine.to_dict(),
         }
+        s = self.serving
+        if s is not None:
+            out.update(
+                {
+                    "queue_s": s.queue_s.to_dict(),
+                    "preemptions": s.preemptions,
+                    "recomputed_tokens": s.recomputed_tokens,
+                    "prefix_hit_rate": s.prefix_hit_rate,
+                    "kv_usage": {"mean": s.kv_usage_mean, "peak": s.kv_usage_peak},
+                    "num_blocks": s.num_blocks,
+                    "input_throughput_tok_s": s.input_throughput_tok_s,
+                }
+            )
+            if s.slo:
+                out["slo"] = dict(s.slo)
+                out["slo_attainment"] = s.slo_attainment
+                out["goodput_rps"] = s.goodput_rps
+        return out
 
 
 def resolve_backend(backend: Backend = "auto") -> ModuleType:
@@ -469,7 +521,7 @@ class StepLimitError(ValueError):
     """
 
     def __init__(
-        self, config: SimConfig, steps: int, limit: int, reason: str, *, estimated: bool
+        self, config: Any, steps: int, limit: int, reason: str, *, estimated: bool
     ) -> None:
         self.config = config
         self.steps = steps

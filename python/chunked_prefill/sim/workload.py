@@ -33,6 +33,7 @@ __all__ = [
 
 I64_MIN = -(2**63)
 I64_MAX = 2**63 - 1
+U64_MAX = 2**64 - 1
 MAX_TOKENS = I64_MAX
 """The largest token count of a request (prompt, output or cached tokens): the simulator
 keeps per-request counts in 64-bit signed arrays."""
@@ -74,9 +75,36 @@ class Workload:
     priority: tuple[int, ...] = ()
     source: str = "custom"
     """A short description of where the requests come from (shown in reports)."""
+    group: tuple[int, ...] = ()
+    """Per request, its shared-prefix group (``-1``: none); empty: no groups. The first
+    ``prefix_tokens`` prompt tokens of the requests of one group are identical."""
+    session: tuple[int, ...] = ()
+    """Per request, its session; empty: every request its own. A session is one stream of
+    tokens: each turn's prompt is its beginning, so a later turn extends an earlier one."""
+    hash_ids: tuple[tuple[int, ...], ...] = ()
+    """Per request, trace block hashes of its prompt (Mooncake's ``hash_ids``), each
+    standing for ``hash_block`` tokens; empty: none. Equal hashes are equal blocks."""
+    prefix_tokens: int = 0
+    """Tokens of each group's shared prefix."""
+    hash_block: int = 0
+    """Tokens per trace block hash."""
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
+        for name in ("group", "session", "hash_ids"):
+            column = getattr(self, name)
+            if column and len(column) != n:
+                raise ValueError(f"Workload column {name} must have one entry per request")
+        if any(type(g) is not int or not -1 <= g <= I64_MAX for g in self.group):
+            raise ValueError("Workload groups must be ints in [-1, 2**63 - 1] (-1: no group)")
+        if any(type(x) is not int or not 0 <= x <= U64_MAX for x in self.session):
+            raise ValueError("Workload sessions must be ints in [0, 2**64 - 1]")
+        if any(type(x) is not int or not 0 <= x <= U64_MAX for h in self.hash_ids for x in h):
+            raise ValueError("Workload hash_ids must be ints in [0, 2**64 - 1]")
+        for name in ("prefix_tokens", "hash_block"):
+            v = getattr(self, name)
+            if type(v) is not int or not 0 <= v <= MAX_TOKENS:
+                raise ValueError(f"Workload {name} must be an int in [0, {MAX_TOKENS}]")
         if not self.cached_tokens:
             object.__setattr__(self, "cached_tokens", (0,) * n)
         if not self.priority:
@@ -161,6 +189,27 @@ class Workload:
             self.cached_tokens[:n],
             self.priority[:n],
             source=self.source,
+            **self._sharing(slice(0, n)),
+        )
+
+    def _sharing(self, rows: slice) -> dict[str, Any]:
+        """The sharing columns (sliced) and constants, as keyword arguments."""
+        return {
+            "group": self.group[rows],
+            "session": self.session[rows],
+            "hash_ids": self.hash_ids[rows],
+            "prefix_tokens": self.prefix_tokens,
+            "hash_block": self.hash_block,
+        }
+
+    @property
+    def shares_tokens(self) -> bool:
+        """Whether any request may share prompt tokens with another (groups with a
+        prefix, sessions or trace hashes)."""
+        return bool(
+            (self.prefix_tokens and any(g >= 0 for g in self.group))
+            or self.session
+            or any(self.hash_ids)
         )
 
     def scaled(self, prompt_scale: float = 1.0, output_scale: float = 1.0) -> Workload:
@@ -191,6 +240,7 @@ class Workload:
             cached,
             self.priority,
             source=f"{self.source} (prompt x{prompt_scale:g}, output x{output_scale:g})",
+            **self._sharing(slice(None)),
         )
 
     def summary(self) -> dict[str, Any]:
@@ -274,6 +324,9 @@ def default_workload(
     prompt_scale: float = 1.0,
     output_scale: float = 1.0,
     spec: ChatWorkloadSpec | None = None,
+    prefix_tokens: int = 0,
+    prefix_groups: int = 1,
+    turns: int = 1,
 ) -> Workload:
     """The embedded synthetic chat workload (see :class:`ChatWorkloadSpec`).
 
@@ -282,6 +335,17 @@ def default_workload(
     t=0. Everything is drawn from ``numpy.random.default_rng(seed)``: the same arguments
     give the same workload on every machine. Lengths are drawn before arrival gaps, so a
     different ``rate`` keeps every request's lengths and only stretches the arrival times.
+
+    Shared prefixes (for the serving scheduler's prefix cache): with ``prefix_tokens`` N,
+    every conversation belongs to one of ``prefix_groups`` groups, drawn uniformly, and
+    its prompts start with the group's N tokens (a system prompt) before the drawn
+    length. With ``turns`` T, requests come in sessions of T turns: turn k's prompt is
+    turn k-1's prompt and output followed by a new drawn user message, sessions start as
+    a Poisson process at ``rate / T`` (with T = 1, at the plain workload's arrivals) and
+    each turn arrives an exponential think time of
+    mean :data:`TURN_GAP_S` after the previous one (arrival order, open loop). These draws
+    come from a second generator, so the drawn lengths are the same as without them; the
+    workload's ``group``/``session`` columns tell the simulator which tokens are shared.
     """
     import numpy as np
 
@@ -300,6 +364,24 @@ def default_workload(
     gaps = rng.standard_exponential(requests)
     arrivals = np.zeros(requests) if math.isinf(rate) else np.cumsum(gaps / rate)
     rate_text = "inf" if math.isinf(rate) else f"{rate:g}"
+    for name, value, low in (
+        ("prefix_tokens", prefix_tokens, 0),
+        ("prefix_groups", prefix_groups, 1),
+        ("turns", turns, 1),
+    ):
+        if type(value) is not int or not low <= value <= MAX_TOKENS:
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    if prefix_tokens or turns > 1:
+        shared = _shared_workload(
+            requests, rate, seed, prompt, output, arrivals, prefix_tokens, prefix_groups, turns
+        )
+        parts = [f"{requests} requests", f"{rate_text} req/s", f"seed {seed}"]
+        if prefix_tokens:
+            parts.append(f"{prefix_tokens}-token prefix x {prefix_groups} group(s)")
+        if turns > 1:
+            parts.append(f"{turns} turns")
+        workload = Workload(**shared, source=f"synthetic chat workload ({', '.join(parts)})")
+        return workload.scaled(prompt_scale, output_scale)
     workload = Workload(
         arrival_s=tuple(float(a) for a in arrivals.tolist()),
         prompt_tokens=tuple(int(p) for p in prompt.tolist()),
@@ -307,6 +389,63 @@ def default_workload(
         source=f"synthetic chat workload ({requests} requests, {rate_text} req/s, seed {seed})",
     )
     return workload.scaled(prompt_scale, output_scale)
+
+
+TURN_GAP_S = 10.0
+"""Mean think time between two turns of a synthetic session, seconds."""
+
+
+def _shared_workload(
+    requests: int,
+    rate: float,
+    seed: int,
+    user: Any,
+    output: Any,
+    arrivals: Any,
+    prefix_tokens: int,
+    groups: int,
+    turns: int,
+) -> dict[str, Any]:
+    """The columns of a synthetic workload with shared prefixes and sessions (see
+    :func:`default_workload`), in arrival order."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, 12])
+    sessions = -(-requests // turns)
+    group = rng.integers(0, groups, sessions) if prefix_tokens else None
+    starts = rng.standard_exponential(sessions)
+    think = rng.standard_exponential(requests) * TURN_GAP_S
+    if math.isinf(rate):
+        starts = np.zeros(sessions)
+        think = np.zeros(requests)
+    else:
+        starts = np.cumsum(starts / (rate / turns))
+    if turns == 1:  # a shared prefix alone changes only the prompts
+        starts = arrivals
+    rows: list[tuple[float, int, int, int, int, int]] = []
+    k = 0
+    for s in range(sessions):
+        t = float(starts[s])
+        context = prefix_tokens
+        g = int(group[s]) if group is not None else -1
+        for _ in range(turns):
+            if k == requests:
+                break
+            p = context + int(user[k])
+            o = int(output[k])
+            rows.append((t, k, p, o, s, g))
+            context = p + o
+            t += float(think[k])
+            k += 1
+    rows.sort()
+    return {
+        "arrival_s": tuple(r[0] for r in rows),
+        "prompt_tokens": tuple(r[2] for r in rows),
+        "output_tokens": tuple(r[3] for r in rows),
+        "group": tuple(r[5] for r in rows) if prefix_tokens else (),
+        "session": tuple(r[4] for r in rows) if turns > 1 else (),
+        "prefix_tokens": prefix_tokens,
+    }
 
 
 # --------------------------------------------------------------------------- traces
@@ -367,6 +506,9 @@ FIELD_ALIASES: Mapping[str, tuple[str, ...]] = {
     ),
     "cached_tokens": ("cached_tokens", "num_cached_tokens", "prefix_cached_tokens"),
     "priority": ("priority",),
+    "hash_ids": ("hash_ids", "block_hashes", "prefix_hashes"),
+    "session_id": ("session_id", "session", "conversation_id", "conv_id", "chat_id"),
+    "prefix_id": ("prefix_id", "prefix_group", "system_prompt_id"),
 }
 """Column names accepted for each field. Matching ignores case, ``_``, ``-`` and spaces, so
 ``ContextTokens`` (Azure LLM inference traces), ``Request tokens`` (BurstGPT) and
@@ -418,6 +560,9 @@ class _Columns:
         self.output: list[int] = []
         self.cached: list[int] = []
         self.priority: list[int] = []
+        self.hash_ids: list[tuple[int, ...]] = []
+        self.session: list[str | None] = []
+        self.prefix: list[str | None] = []
         self.time_kind: str | None = None  # "number" or "datetime", fixed by the first row
 
 
@@ -585,11 +730,59 @@ def _add_row(
             high=I64_MAX,
             what=f"a whole number in [{I64_MIN}, {I64_MAX}]",
         )
+    hashes: tuple[int, ...] = ()
+    if "hash_ids" in values:
+        hashes = _parse_hashes(path, line, mapping["hash_ids"], values["hash_ids"])
     cols.arrival.append(arrival)
     cols.prompt.append(prompt)
     cols.output.append(output)
     cols.cached.append(cached)
     cols.priority.append(priority)
+    cols.hash_ids.append(hashes)
+    for canon, column in (("session_id", cols.session), ("prefix_id", cols.prefix)):
+        key = None
+        if canon in values:
+            raw = values[canon]
+            if not isinstance(raw, (str, int)) or isinstance(raw, bool):
+                raise TraceError(
+                    path, line, mapping[canon], f"expected a name or number, got {_show(raw)}"
+                )
+            key = str(raw).strip()
+        column.append(key)
+
+
+def _parse_hashes(path: str, line: int, col: str, raw: object) -> tuple[int, ...]:
+    """Block hashes: a JSON array of whole numbers, or (in CSV) such an array or numbers
+    separated by spaces, ``;`` or ``|``."""
+    items: list[object]
+    if isinstance(raw, list):
+        items = list(raw)
+    elif isinstance(raw, str) and not isinstance(raw, Number):
+        text = raw.strip()
+        if text.startswith("["):
+            try:
+                parsed = json_loads(text)
+            except ValueError:
+                raise TraceError(path, line, col, f"not a JSON array: {_show(raw)}") from None
+            if not isinstance(parsed, list):
+                raise TraceError(path, line, col, f"not a JSON array: {_show(raw)}")
+            items = list(parsed)
+        else:
+            items = [t for t in text.replace(";", " ").replace("|", " ").split() if t]
+    else:
+        raise TraceError(path, line, col, f"expected a list of block hashes, got {_show(raw)}")
+    return tuple(
+        _parse_int(
+            path,
+            line,
+            f"{col}[{k}]",
+            item,
+            low=0,
+            high=U64_MAX,
+            what="a block hash, a whole number in [0, 2**64 - 1]",
+        )
+        for k, item in enumerate(items)
+    )
 
 
 def _read_csv(path: str, text: str, unit: float, cols: _Columns) -> None:
@@ -659,6 +852,8 @@ def load_trace(
     *,
     time_unit: str = "s",
     format: str | None = None,
+    hash_block: int = 512,
+    prefix_tokens: int = 0,
 ) -> Workload:
     """Read a request trace from a CSV or JSON Lines file.
 
@@ -681,8 +876,17 @@ def load_trace(
     most 2**53 in ``time_unit``. JSON Lines records end at ``\\n`` (or ``\\r\\n``) only, and
     an object that names a key twice is an error. A CSV column that is not read may be of
     any length.
+
+    Sharing, for the serving scheduler's prefix cache: ``hash_ids`` (Mooncake's block
+    hashes of the prompt, ``hash_block`` tokens each: equal hashes are equal blocks),
+    ``session_id`` (rows of one session are turns of one token stream, each prompt
+    extending the last) and ``prefix_id`` (rows with one id share their first
+    ``prefix_tokens`` prompt tokens), all optional.
     """
     name = os.fspath(path)
+    for what, value, low in (("hash_block", hash_block, 1), ("prefix_tokens", prefix_tokens, 0)):
+        if type(value) is not int or not low <= value <= MAX_TOKENS:
+            raise ValueError(f"{what} must be an int in [{low}, {MAX_TOKENS}], got {value!r}")
     if time_unit not in _TIME_UNITS:
         raise ValueError(f"time_unit must be one of {sorted(_TIME_UNITS)}, got {time_unit!r}")
     try:
@@ -714,6 +918,18 @@ def load_trace(
     if cols.time_kind == "datetime":
         first = min(cols.arrival)
         cols.arrival = [a - first for a in cols.arrival]
+
+    def dense(keys: list[str | None], none: int) -> tuple[int, ...]:
+        index: dict[str, int] = {}
+        out = []
+        for k in keys:
+            out.append(none if k is None else index.setdefault(k, len(index)))
+        return tuple(out)
+
+    has_session = any(k is not None for k in cols.session)
+    has_prefix = any(k is not None for k in cols.prefix)
+    if has_session:  # rows without a session are sessions of their own
+        cols.session = [f"\0{i}" if k is None else k for i, k in enumerate(cols.session)]
     return Workload(
         arrival_s=tuple(cols.arrival),
         prompt_tokens=tuple(cols.prompt),
@@ -721,4 +937,9 @@ def load_trace(
         cached_tokens=tuple(cols.cached),
         priority=tuple(cols.priority),
         source=f"trace {name} ({len(cols.arrival)} requests)",
+        group=dense(cols.prefix, -1) if has_prefix else (),
+        session=dense(cols.session, -1) if has_session else (),
+        hash_ids=tuple(cols.hash_ids) if any(cols.hash_ids) else (),
+        prefix_tokens=prefix_tokens if has_prefix else 0,
+        hash_block=hash_block,
     )

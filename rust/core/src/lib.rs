@@ -55,6 +55,7 @@ mod config;
 mod error;
 mod scheduler;
 pub mod serving;
+pub mod sim;
 mod state;
 mod step;
 

@@ -7,7 +7,8 @@
 //!
 //! One module per family: `convert` (argument conversion and errors, shared by every
 //! class), `config` (`Config`), `values` (`Chunk`, `Step`), `state`
-//! (`PrefillChunkState`) and `scheduler` (`Scheduler`).
+//! (`PrefillChunkState`), `scheduler` (`Scheduler`), the `serving*` modules (the serving
+//! scheduler's classes) and `sim` (`simulate_serving`, the simulation loop).
 
 use pyo3::prelude::*;
 
@@ -19,6 +20,7 @@ mod serving_args;
 mod serving_config;
 mod serving_state;
 mod serving_values;
+mod sim;
 mod state;
 mod values;
 
@@ -51,5 +53,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyBatch>()?;
     m.add_class::<PyRequestView>()?;
     m.add_class::<PyServingScheduler>()?;
+    m.add_function(wrap_pyfunction!(sim::simulate_serving, m)?)?;
     Ok(())
 }

@@ -1,0 +1,396 @@
+"""The memory-true simulation: a workload through the serving scheduler, its loop in Rust.
+
+:func:`simulate_serving` runs each :class:`ServingSimConfig` with the core's loop
+(``_core.simulate_serving``) or, with ``backend="pure"``, the reference loop of
+:mod:`.serving_loop` over the pure twin; both return the same records, summarised here
+into :class:`~.simulator.SimResult` values, so the two give identical reports.
+
+The loop: requests are added to the scheduler when they arrive; each step is planned by
+``schedule()``, lasts the engine model's step time (decodes' context = their tokens so
+far, prefill items' attention pairs), and is reported with ``update()`` (a request stops
+at its ``output_tokens``). With nothing tracked the clock jumps to the next arrival.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .engine import (
+    DEFAULT_ENGINE,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    MEMORY_PRESETS,
+    EngineModel,
+    KVMemory,
+)
+from .serving_loop import SimLoopError, check_fits, run_loop
+from .simulator import (
+    DEFAULT_STALL_THRESHOLD_S,
+    Percentiles,
+    ServingStats,
+    SimResult,
+    StepLimitError,
+)
+from .tokens import TokenPlan
+from .workload import Workload
+
+__all__ = [
+    "ServingSimConfig",
+    "SimLoopError",
+    "check_fits",
+    "default_num_blocks",
+    "expand_serving_configs",
+    "memory_of",
+    "min_serving_steps",
+    "resolve_configs",
+    "simulate_serving",
+]
+
+U64_MAX = 2**64 - 1
+
+
+@dataclass(frozen=True)
+class ServingSimConfig:
+    """One serving-scheduler configuration to simulate (``ServingConfig``'s options).
+
+    ``chunk_size=None`` is no chunking, as vLLM without chunked prefill: every prompt (and
+    every recomputation after a preemption) is computed whole in one step; the scheduler
+    gets ``chunk_size`` = the longest ``prompt + output - 1`` of the workload, ``L``, and
+    the step's budget is stretched to fit it (``token_budget`` is then ``None``).
+    ``token_budget=None`` with a chunk size is no budget: ``L + max_running + 1``, room
+    for every decode and a whole chunk. ``num_blocks=None`` takes the engine's KV pool
+    (:func:`default_num_blocks`).
+    """
+
+    chunk_size: int | None = 512
+    token_budget: int | None = 2048
+    max_prefills_per_step: int = 4
+    max_running: int = 256
+    block_size: int = 16
+    num_blocks: int | None = None
+    watermark: float = 0.0
+    prefix_caching: bool = True
+
+    def label(self) -> str:
+        """A short human-readable description."""
+        parts = ["chunk=" + ("none" if self.chunk_size is None else str(self.chunk_size))]
+        if self.token_budget is not None:
+            parts.append(f"budget={self.token_budget}")
+        parts.append(f"prefills={self.max_prefills_per_step} running<={self.max_running}")
+        if self.num_blocks is not None:
+            parts.append(f"blocks={self.num_blocks}")
+        if not self.prefix_caching:
+            parts.append("no-prefix-cache")
+        return " ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options as plain data."""
+        return {
+            "scheduler": "serving",
+            "chunk_size": self.chunk_size,
+            "token_budget": self.token_budget,
+            "max_prefills_per_step": self.max_prefills_per_step,
+            "max_running": self.max_running,
+            "block_size": self.block_size,
+            "num_blocks": self.num_blocks,
+            "watermark": self.watermark,
+            "prefix_caching": self.prefix_caching,
+        }
+
+    def scheduler_options(self, workload: Workload, num_blocks: int) -> dict[str, Any]:
+        """Keyword arguments of the ``ServingConfig`` this runs with."""
+        chunk, budget = self.chunk_size, self.token_budget
+        if chunk is None or budget is None:
+            longest = max(p + o - 1 for p, o in zip(workload.prompt_tokens, workload.output_tokens))
+            chunk = longest if chunk is None else chunk
+            budget = longest + self.max_running + 1
+        return {
+            "num_blocks": self.num_blocks if self.num_blocks is not None else num_blocks,
+            "block_size": self.block_size,
+            "token_budget": budget,
+            "chunk_size": chunk,
+            "max_prefills_per_step": self.max_prefills_per_step,
+            "max_running": self.max_running,
+            "watermark": self.watermark,
+            "prefix_caching": self.prefix_caching,
+        }
+
+
+def expand_serving_configs(
+    chunk_sizes: Iterable[int | None] = (256, 512, 2048, None),
+    token_budgets: Iterable[int | None] = (2048,),
+    max_prefills_per_step: Iterable[int] = (4,),
+    max_running: Iterable[int] = (256,),
+    block_sizes: Iterable[int] = (16,),
+    num_blocks: Iterable[int | None] = (None,),
+    watermarks: Iterable[float] = (0.0,),
+    prefix_caching: Iterable[bool] = (True,),
+) -> list[ServingSimConfig]:
+    """The cross product of the options, in order (the first varies slowest); a
+    ``None`` chunk size drops the token budget (it is stretched), duplicates removed."""
+    out: list[ServingSimConfig] = []
+    seen: set[ServingSimConfig] = set()
+    for chunk, budget, prefills, running, bs, blocks, wm, pc in itertools.product(
+        list(chunk_sizes),
+        list(token_budgets),
+        list(max_prefills_per_step),
+        list(max_running),
+        list(block_sizes),
+        list(num_blocks),
+        list(watermarks),
+        list(prefix_caching),
+    ):
+        cfg = ServingSimConfig(
+            chunk, None if chunk is None else budget, prefills, running, bs, blocks, wm, pc
+        )
+        if cfg not in seen:
+            seen.add(cfg)
+            out.append(cfg)
+    return out
+
+
+def memory_of(engine: EngineModel | str) -> KVMemory:
+    """The KV memory of an engine preset (by name, or the model's ``name``); the default
+    preset's for a model of another name."""
+    name = engine if isinstance(engine, str) else engine.name
+    return MEMORY_PRESETS.get(name) or MEMORY_PRESETS[DEFAULT_ENGINE.name]
+
+
+def default_num_blocks(
+    engine: EngineModel | str,
+    block_size: int = 16,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+) -> int:
+    """The KV pool of an engine preset (see :func:`memory_of`), in blocks."""
+    return memory_of(engine).num_blocks(block_size, gpu_memory_utilization)
+
+
+def resolve_configs(
+    workload: Workload,
+    configs: Sequence[ServingSimConfig],
+    engine: EngineModel = DEFAULT_ENGINE,
+    num_blocks: int | None = None,
+    memory: KVMemory | None = None,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+) -> list[dict[str, Any]]:
+    """The ``ServingConfig`` keyword arguments each configuration runs with (see
+    :func:`simulate_serving` for the pool size)."""
+    mem = memory if memory is not None else memory_of(engine)
+    out = []
+    for cfg in configs:
+        pool = num_blocks
+        if pool is None:
+            pool = mem.num_blocks(cfg.block_size, gpu_memory_utilization)
+        out.append(cfg.scheduler_options(workload, pool))
+    return out
+
+
+def min_serving_steps(workload: Workload, options: dict[str, Any]) -> tuple[int, str]:
+    """A lower bound of the steps a serving run takes, and why, found in one pass: the
+    longest output (a prefill step, then one step per further token; prefix-cache hits may
+    leave a prompt a single step) and all decode tokens at ``max_running`` per step."""
+    chain, chain_of, total_decode = 0, 0, 0
+    for i, o in enumerate(workload.output_tokens):
+        total_decode += o - 1
+        if o > chain:
+            chain, chain_of = o, i
+    width = options["max_running"]
+    bounds = [
+        (chain, f"request {chain_of} alone takes a prefill step, then {chain - 1} decode steps"),
+        (-(-total_decode // width), f"{total_decode} decode tokens, at most {width} per step"),
+    ]
+    return max(bounds, key=lambda b: b[0])
+
+
+def _bytes(values: Sequence[Any], dtype: str) -> bytes:
+    import numpy as np
+
+    return np.asarray(values, dtype=dtype).tobytes()
+
+
+def _run_rust(
+    workload: Workload, options: dict[str, Any], engine: EngineModel, max_steps: int
+) -> dict[str, Any]:
+    import numpy as np
+
+    from .. import _core
+
+    plan = TokenPlan(workload)
+    raw: dict[str, Any] = _core.simulate_serving(
+        _bytes(workload.arrival_s, "<f8"),
+        _bytes(workload.prompt_tokens, "<u8"),
+        _bytes(workload.output_tokens, "<u8"),
+        _bytes(workload.priority, "<i8") if any(workload.priority) else b"",
+        bytes(plan.known),
+        plan.prefix_tokens,
+        _bytes(plan.group, "<u8"),
+        _bytes(plan.session, "<u8"),
+        plan.hash_block,
+        _bytes(plan.hash_offsets, "<u8"),
+        _bytes(plan.hash_ids, "<u8"),
+        engine=(engine.t_min_s, engine.c0_s, engine.c_tok_s, engine.c_attn_s, engine.c_kv_s),
+        max_steps=max_steps,
+        **options,
+    )
+    floats = ("admitted", "first_token", "finish", "max_gap", "gap_values", "kv_series_t")
+    for key, value in list(raw.items()):
+        if isinstance(value, bytes):
+            raw[key] = np.frombuffer(value, dtype="<f8" if key in floats else "<u8")
+    return raw
+
+
+def simulate_serving(
+    workload: Workload,
+    configs: ServingSimConfig | Iterable[ServingSimConfig] | None = None,
+    *,
+    engine: EngineModel = DEFAULT_ENGINE,
+    num_blocks: int | None = None,
+    memory: KVMemory | None = None,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    backend: str = "rust",
+    stall_threshold_s: float = DEFAULT_STALL_THRESHOLD_S,
+    slo_ttft_s: float | None = None,
+    slo_tpot_s: float | None = None,
+    slo_tbt_s: float | None = None,
+    max_steps: int = 10_000_000,
+) -> list[SimResult]:
+    """Run ``workload`` through the serving scheduler once per configuration.
+
+    ``num_blocks`` is the pool of configurations that do not set one (default: ``memory``,
+    else the engine preset's (:func:`memory_of`), at ``gpu_memory_utilization`` and the
+    configuration's block size). ``backend`` is ``"rust"`` (the core's loop) or
+    ``"pure"`` (the reference loop); both give identical results. SLOs are per request, as
+    vLLM's benchmark goodput: TTFT, mean time per output token after the first, and
+    (stricter) every gap between two tokens; a request meets them when it meets every one
+    given. Raises ``ValueError`` for a configuration the scheduler refuses, a request the
+    pool can never hold (naming it) or a run past ``max_steps`` (:class:`StepLimitError`).
+    """
+    import numpy as np
+
+    if isinstance(configs, ServingSimConfig):
+        cfg_list = [configs]
+    elif configs is None:
+        cfg_list = [ServingSimConfig()]
+    else:
+        cfg_list = list(configs)
+    if len(workload) == 0:
+        raise ValueError("the workload holds no requests")
+    if backend not in ("rust", "pure"):
+        raise ValueError(f"backend must be 'rust' or 'pure', got {backend!r}")
+    slo = {
+        k: v
+        for k, v in (("ttft_s", slo_ttft_s), ("tpot_s", slo_tpot_s), ("tbt_s", slo_tbt_s))
+        if v is not None
+    }
+    from ..pure_serving import ServingConfig
+
+    resolved = resolve_configs(
+        workload, cfg_list, engine, num_blocks, memory, gpu_memory_utilization
+    )
+    for cfg, options in zip(cfg_list, resolved):
+        ServingConfig(**options)  # the scheduler's own checks, before anything runs
+        check_fits(workload, options)
+        steps, reason = min_serving_steps(workload, options)
+        if steps > max_steps:
+            raise StepLimitError(cfg, steps, max_steps, reason, estimated=True)
+    results = []
+    for cfg, options in zip(cfg_list, resolved):
+        try:
+            if backend == "rust":
+                raw = _run_rust(workload, options, engine, max_steps)
+            else:
+                raw = run_loop(workload, options, engine, max_steps)
+        except ValueError as err:
+            if str(err).startswith("reached the limit"):
+                reason = str(err).split(" steps with ", 1)[-1]
+                raise StepLimitError(cfg, max_steps, max_steps, reason, estimated=False) from None
+            raise
+        arrays = {k: np.asarray(v) for k, v in raw.items() if isinstance(v, (list, np.ndarray))}
+        results.append(
+            _summarise(workload, cfg, options, engine, raw, arrays, stall_threshold_s, slo)
+        )
+    return results
+
+
+def _summarise(
+    workload: Workload,
+    cfg: ServingSimConfig,
+    options: dict[str, Any],
+    engine: EngineModel,
+    raw: dict[str, Any],
+    a: dict[str, Any],
+    threshold: float,
+    slo: dict[str, float],
+) -> SimResult:
+    import numpy as np
+
+    arrival = np.asarray(workload.arrival_s, dtype=np.float64)
+    first = a["first_token"].astype(np.float64)
+    finish = a["finish"].astype(np.float64)
+    admitted = a["admitted"].astype(np.float64)
+    gaps = a["gap_values"].astype(np.float64)
+    weights = a["gap_weights"].astype(np.int64)
+    max_gap = a["max_gap"].astype(np.float64)
+    output = np.asarray(workload.output_tokens, dtype=np.int64)
+    span = float(finish.max() - arrival.min())
+    total_out = sum(workload.output_tokens)
+    total_in = sum(workload.prompt_tokens)
+    pool = options["num_blocks"]
+    busy = raw["busy_s"]
+    attainment = goodput = None
+    if slo:
+        ok = np.ones(len(workload), dtype=bool)
+        if "ttft_s" in slo:
+            ok &= first - arrival <= slo["ttft_s"]
+        if "tpot_s" in slo:
+            steps = np.maximum(output - 1, 1).astype(np.float64)
+            tpot = np.where(output > 1, (finish - first) / steps, 0.0)
+            ok &= tpot <= slo["tpot_s"]
+        if "tbt_s" in slo:
+            ok &= max_gap <= slo["tbt_s"]
+        met = int(ok.sum())
+        attainment = met / len(workload)
+        goodput = met / span if span > 0 else math.inf
+    stats = ServingStats(
+        queue_s=Percentiles.of(admitted - arrival),
+        preemptions=int(a["preemptions"].sum()),
+        recomputed_tokens=int(a["recomputed_tokens"].sum()),
+        prefix_hit_rate=int(a["cached_tokens"].sum()) / total_in,
+        kv_usage_mean=raw["kv_block_seconds"] / busy / pool if busy > 0 else 0.0,
+        kv_usage_peak=raw["kv_peak_blocks"] / pool,
+        num_blocks=pool,
+        input_throughput_tok_s=total_in / span if span > 0 else math.inf,
+        slo=slo,
+        slo_attainment=attainment,
+        goodput_rps=goodput,
+        kv_series_t=a["kv_series_t"].astype(np.float64),
+        kv_series_blocks=a["kv_series_blocks"].astype(np.uint64),
+        max_gap=max_gap,
+        preempted=a["preemptions"].astype(np.uint64),
+    )
+    return SimResult(
+        config=cfg,
+        requests=len(workload),
+        ttft_s=Percentiles.of(first - arrival),
+        tbt_s=Percentiles.of(gaps, weights),
+        e2e_s=Percentiles.of(finish - arrival),
+        throughput_tok_s=total_out / span if span > 0 else math.inf,
+        steps=int(raw["steps"]),
+        stalls=int(weights[gaps > threshold].sum()),
+        stall_threshold_s=threshold,
+        sim_time_s=span,
+        prefill_tokens=int(raw["prefill_tokens"]),
+        output_tokens=total_out,
+        engine=engine,
+        arrival=arrival,
+        admitted=admitted,
+        first_token=first,
+        finish=finish,
+        prefilled=np.zeros(len(workload), dtype=np.int64),
+        tbt_gaps=gaps,
+        tbt_weights=weights,
+        serving=stats,
+    )

@@ -1,0 +1,112 @@
+//! [`Outcome`]: what a run records, as plain arrays the caller summarises.
+
+/// The most points of the KV-usage series before it is thinned (every other point dropped
+/// and the recording stride doubled), so a run of any length keeps between
+/// `KV_SERIES_CAP / 2` and `KV_SERIES_CAP` points.
+pub const KV_SERIES_CAP: usize = 4096;
+
+/// What one run recorded. Per-request arrays are in workload order; times in seconds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outcome {
+    /// When the request first got an item (its first admission); arrival to this is its
+    /// queueing time.
+    pub admitted: Vec<f64>,
+    /// When its first token was sampled (the end of that step).
+    pub first_token: Vec<f64>,
+    /// When its last token was sampled.
+    pub finish: Vec<f64>,
+    /// Its longest gap between two successive tokens (0 with one output token).
+    pub max_gap: Vec<f64>,
+    /// Prompt tokens found in the prefix cache at its first admission.
+    pub cached_tokens: Vec<u64>,
+    /// Times it was preempted.
+    pub preemptions: Vec<u64>,
+    /// Tokens computed again after it lost its blocks.
+    pub recomputed_tokens: Vec<u64>,
+    /// Token gaps, run-length coded: `gap_values[k]` occurred `gap_weights[k]` times in a
+    /// row (the requests of one step that were all served in the step before share one).
+    pub gap_values: Vec<f64>,
+    /// See `gap_values`.
+    pub gap_weights: Vec<u64>,
+    /// Engine steps run (steps that computed something).
+    pub steps: u64,
+    /// Prefill tokens computed, recomputation included.
+    pub prefill_tokens: u64,
+    /// Decode tokens computed.
+    pub decode_tokens: u64,
+    /// Sum over steps of the blocks in use times the step's duration.
+    pub kv_block_seconds: f64,
+    /// Sum of the step durations (the time the engine was busy).
+    pub busy_s: f64,
+    /// The most blocks in use after a step's allocation.
+    pub kv_peak_blocks: u64,
+    /// KV usage over time: the end of a step and the blocks in use in it, every
+    /// `kv_stride`-th step (see [`KV_SERIES_CAP`]).
+    pub kv_series_t: Vec<f64>,
+    /// See `kv_series_t`.
+    pub kv_series_blocks: Vec<u64>,
+    /// Steps between two points of the KV series.
+    pub kv_stride: u64,
+}
+
+impl Outcome {
+    /// Empty records for `n` requests.
+    #[must_use]
+    pub fn new(n: usize) -> Self {
+        Self {
+            admitted: vec![f64::NAN; n],
+            first_token: vec![f64::NAN; n],
+            finish: vec![f64::NAN; n],
+            max_gap: vec![0.0; n],
+            cached_tokens: vec![0; n],
+            preemptions: vec![0; n],
+            recomputed_tokens: vec![0; n],
+            kv_stride: 1,
+            ..Self::default()
+        }
+    }
+
+    /// One token gap: appended to the run of the previous one when they are equal.
+    pub fn gap(&mut self, request: usize, gap: f64) {
+        match (self.gap_values.last(), self.gap_weights.last_mut()) {
+            (Some(&last), Some(weight)) if last == gap => *weight += 1,
+            _ => {
+                self.gap_values.push(gap);
+                self.gap_weights.push(1);
+            }
+        }
+        if gap > self.max_gap[request] {
+            self.max_gap[request] = gap;
+        }
+    }
+
+    /// The KV figures of the step just run: `used` blocks held for `duration`, ending at
+    /// `end`.
+    pub fn kv(&mut self, used: u64, duration: f64, end: f64) {
+        self.kv_block_seconds += used as f64 * duration;
+        self.busy_s += duration;
+        if used > self.kv_peak_blocks {
+            self.kv_peak_blocks = used;
+        }
+        if self.steps % self.kv_stride == 0 {
+            if self.kv_series_t.len() == KV_SERIES_CAP {
+                halve(&mut self.kv_series_t);
+                halve(&mut self.kv_series_blocks);
+                self.kv_stride *= 2;
+            }
+            if self.steps % self.kv_stride == 0 {
+                self.kv_series_t.push(end);
+                self.kv_series_blocks.push(used);
+            }
+        }
+    }
+}
+
+/// Keep the points at even positions.
+fn halve<T>(points: &mut Vec<T>) {
+    let mut at = 0;
+    points.retain(|_| {
+        at += 1;
+        at % 2 == 1
+    });
+}

@@ -1,0 +1,22 @@
+//! The simulation loop (issue 12): a workload through the [`ServingScheduler`] against a
+//! linear step-time model of the engine, with the KV-cache pool the engine's memory allows.
+//!
+//! Small parts with one job each: [`Workload`] (the requests as plain arrays, and the
+//! token ids prefix caching sees, generated when a request arrives); [`EngineModel`] (the
+//! duration of one step, the Python formula with its float operations in the same order);
+//! [`Outcome`] (what the run recorded, per request and per step); [`run`] (the event
+//! loop). Summaries (percentiles, SLOs) are left to the caller, which computes them from
+//! the raw arrays of [`Outcome`], so that a Rust run and a pure-Python run of the same
+//! loop give identical reports.
+//!
+//! [`ServingScheduler`]: crate::serving::ServingScheduler
+
+mod engine;
+mod metrics;
+mod run;
+mod workload;
+
+pub use engine::{chunk_pairs, EngineModel};
+pub use metrics::{Outcome, KV_SERIES_CAP};
+pub use run::{check_fits, run, SimError, SimOptions};
+pub use workload::{token_id, TokenPlan, Workload, NO_GROUP};

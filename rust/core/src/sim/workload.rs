@@ -1,0 +1,137 @@
+//! [`Workload`]: the requests as plain arrays, and the token ids prefix caching sees.
+//!
+//! No prompt is stored: a request's token ids are a pure function of its position, made
+//! when it arrives. Every request reads one *stream* of ids: positions below
+//! `prefix_tokens` come from its group's stream (a shared system prompt), positions covered
+//! by its trace block hashes come from those hashes (`hash_block` tokens per hash), and the
+//! rest from its session's stream. The tokens it samples are its stream's next ids, so the
+//! next turn of a session, whose prompt extends this one's prompt and output, finds them in
+//! the prefix cache. A request that shares nothing is added as a bare length: no ids, no
+//! hashing.
+
+/// `group` of a request in no group.
+pub const NO_GROUP: u64 = u64::MAX;
+
+/// The requests, in workload order (request `i` is scheduler request id `i`).
+#[derive(Debug, Clone, Default)]
+pub struct Workload {
+    /// Arrival time, seconds.
+    pub arrival_s: Vec<f64>,
+    /// Prompt length.
+    pub prompt_tokens: Vec<u64>,
+    /// Tokens to generate (the request stops at this many).
+    pub output_tokens: Vec<u64>,
+    /// Scheduling priority, lower first (empty: all 0).
+    pub priority: Vec<i64>,
+    /// Where its token ids come from.
+    pub tokens: TokenPlan,
+}
+
+/// How each request's token ids are generated (see the module docs).
+#[derive(Debug, Clone, Default)]
+pub struct TokenPlan {
+    /// Whether the request shares any token with another (empty: none does); a request
+    /// that does not is added as a bare length.
+    pub known: Vec<bool>,
+    /// Positions below this come from the request's group stream.
+    pub prefix_tokens: u64,
+    /// The group of each request, [`NO_GROUP`] for none (empty: none).
+    pub group: Vec<u64>,
+    /// The session stream of each request (empty: request `i` has session `i`).
+    pub session: Vec<u64>,
+    /// Tokens per trace block hash.
+    pub hash_block: u64,
+    /// Request `i`'s hashes are `hash_ids[hash_offsets[i]..hash_offsets[i + 1]]` (empty:
+    /// none has any).
+    pub hash_offsets: Vec<usize>,
+    /// Trace block hashes, all requests' in one array.
+    pub hash_ids: Vec<u64>,
+}
+
+/// splitmix64's finaliser: a bijection of `u64` that scatters every input bit.
+const fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Kinds of stream, so a group, a session and a trace hash never give the same ids.
+const GROUP: u64 = 1;
+const SESSION: u64 = 2;
+const HASH: u64 = 3;
+
+/// The id at `pos` of the stream `(kind, key)`: 32 well-mixed bits.
+#[must_use]
+pub fn token_id(kind: u64, key: u64, pos: u64) -> u32 {
+    (mix(mix(mix(kind) ^ key) ^ pos) >> 32) as u32
+}
+
+impl TokenPlan {
+    /// Whether request `i` is added with its token ids.
+    #[must_use]
+    pub fn is_known(&self, i: usize) -> bool {
+        self.known.get(i).copied().unwrap_or(false)
+    }
+
+    /// The token id of request `i`, whose prompt has `prompt_len` tokens, at position `pos`
+    /// (prompt or output; trace hashes cover the prompt only).
+    #[must_use]
+    pub fn token(&self, i: usize, pos: u64, prompt_len: u64) -> u32 {
+        if pos < self.prefix_tokens {
+            let group = self.group.get(i).copied().unwrap_or(NO_GROUP);
+            if group != NO_GROUP {
+                return token_id(GROUP, group, pos);
+            }
+        }
+        let hashes = (self.hash_offsets.get(i), self.hash_offsets.get(i + 1));
+        if let (Some(&from), Some(&to), true) = (hashes.0, hashes.1, pos < prompt_len) {
+            if let Some(block) = pos.checked_div(self.hash_block) {
+                if block < (to - from) as u64 {
+                    let hash = self.hash_ids[from + block as usize];
+                    return token_id(HASH, hash, pos % self.hash_block);
+                }
+            }
+        }
+        let session = self.session.get(i).copied().unwrap_or(i as u64);
+        token_id(SESSION, session, pos)
+    }
+
+    /// The prompt of request `i`, `len` token ids, into `out` (cleared first).
+    pub fn fill(&self, i: usize, len: u64, out: &mut Vec<u32>) {
+        out.clear();
+        out.extend((0..len).map(|pos| self.token(i, pos, len)));
+    }
+}
+
+impl Workload {
+    /// Requests in the workload.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.arrival_s.len()
+    }
+
+    /// Whether it holds no request.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.arrival_s.is_empty()
+    }
+
+    /// Request `i`'s priority.
+    #[must_use]
+    pub fn priority(&self, i: usize) -> i64 {
+        self.priority.get(i).copied().unwrap_or(0)
+    }
+
+    /// Request indices in admission order: by arrival time, ties by index.
+    #[must_use]
+    pub fn arrival_order(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.len()).collect();
+        order.sort_by(|&a, &b| {
+            (self.arrival_s[a].partial_cmp(&self.arrival_s[b]))
+                .unwrap_or(std::cmp::Ordering::Equal)
+                .then(a.cmp(&b))
+        });
+        order
+    }
+}

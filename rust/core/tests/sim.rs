@@ -1,0 +1,210 @@
+//! The simulation loop on hand-computable workloads.
+
+#![allow(clippy::unwrap_used, clippy::float_cmp)]
+
+use chunked_prefill::sim::{run, EngineModel, Outcome, SimError, SimOptions, TokenPlan, Workload};
+use chunked_prefill::ServingConfig;
+
+/// Every step lasts exactly one second.
+const ONE_SECOND: EngineModel = EngineModel {
+    t_min_s: 1.0,
+    c0_s: 0.0,
+    c_tok_s: 0.0,
+    c_attn_s: 0.0,
+    c_kv_s: 0.0,
+};
+
+fn config(num_blocks: usize, block_size: usize) -> ServingConfig {
+    ServingConfig {
+        block_size,
+        token_budget: 1024,
+        chunk_size: 1024,
+        max_running: 8,
+        ..ServingConfig::new(num_blocks)
+    }
+}
+
+fn simulate(workload: &Workload, config: ServingConfig) -> Result<Outcome, SimError> {
+    run(
+        workload,
+        &SimOptions {
+            config,
+            engine: ONE_SECOND,
+            max_steps: 1_000_000,
+        },
+    )
+}
+
+fn plain(arrival_s: &[f64], prompt: &[u64], output: &[u64]) -> Workload {
+    Workload {
+        arrival_s: arrival_s.to_vec(),
+        prompt_tokens: prompt.to_vec(),
+        output_tokens: output.to_vec(),
+        ..Workload::default()
+    }
+}
+
+#[test]
+fn step_time_is_the_python_formula() {
+    let engine = EngineModel {
+        t_min_s: 9.5e-3,
+        c0_s: 2.2e-3,
+        c_tok_s: 65e-6,
+        c_attn_s: 2.5e-9,
+        c_kv_s: 0.3e-6,
+    };
+    // Below the floor: t_min; above it, the linear part.
+    assert_eq!(engine.step_time(0, 10, 0, 0), 9.5e-3);
+    let lin = 2.2e-3 + 65e-6 * 512.0;
+    let want = lin + 2.5e-9 * 131_328.0 + 0.3e-6 * 0.0;
+    assert_eq!(engine.step_time(512, 0, 131_328, 0), want);
+    assert_eq!(chunked_prefill::sim::chunk_pairs(0, 512), 131_328);
+    assert_eq!(chunked_prefill::sim::chunk_pairs(10, 2), 23);
+}
+
+#[test]
+fn a_pool_too_small_preempts_at_a_known_step() {
+    // Two requests of 4 prompt tokens and 5 output tokens, blocks of 4: each needs 2 blocks
+    // at its longest, the pool has 3. Step 0 prefills both (1 block each); in step 1 both
+    // decode into a new block: A takes the last free one, B (the worst-ranked) preempts
+    // itself. B waits until A finishes after step 4, recomputes its 5 tokens in step 5 and
+    // decodes its last 3 tokens in steps 6 to 8.
+    let wl = plain(&[0.0, 0.0], &[4, 4], &[5, 5]);
+    let out = simulate(&wl, config(3, 4)).unwrap();
+    assert_eq!(out.steps, 9);
+    assert_eq!(out.preemptions, [0, 1]);
+    assert_eq!(out.recomputed_tokens, [0, 5]);
+    assert_eq!(out.prefill_tokens, 4 + 4 + 5);
+    assert_eq!(out.decode_tokens, 4 + 3);
+    assert_eq!(out.admitted, [0.0, 0.0]);
+    assert_eq!(out.first_token, [1.0, 1.0]);
+    assert_eq!(out.finish, [5.0, 9.0]);
+    assert_eq!(out.max_gap, [1.0, 5.0]);
+    // A's four 1 s gaps, B's 5 s gap over its preemption, B's three 1 s gaps.
+    assert_eq!(out.gap_values, [1.0, 5.0, 1.0]);
+    assert_eq!(out.gap_weights, [4, 1, 3]);
+    assert_eq!(out.kv_peak_blocks, 2);
+    assert_eq!(out.kv_block_seconds, 18.0);
+    assert_eq!(out.busy_s, 9.0);
+    assert_eq!(out.kv_series_blocks, [2; 9]);
+
+    // With room for both, nothing is preempted and both finish after step 4.
+    let out = simulate(&wl, config(4, 4)).unwrap();
+    assert_eq!((out.steps, out.preemptions.clone()), (5, vec![0, 0]));
+    assert_eq!(out.finish, [5.0, 5.0]);
+}
+
+#[test]
+fn prefix_sharing_halves_the_prefill_tokens() {
+    // Three 64-token prompts, one after the other, whose first 48 tokens (3 blocks of 16)
+    // are one group's: the second and third find them cached and compute 16 tokens each,
+    // 64 + 16 + 16 = 96 prefill tokens instead of 192.
+    let mut wl = plain(&[0.0, 2.0, 4.0], &[64, 64, 64], &[1, 1, 1]);
+    wl.tokens = TokenPlan {
+        known: vec![true; 3],
+        prefix_tokens: 48,
+        group: vec![7; 3],
+        ..TokenPlan::default()
+    };
+    let out = simulate(&wl, config(64, 16)).unwrap();
+    assert_eq!(out.prefill_tokens, 96);
+    assert_eq!(out.cached_tokens, [0, 48, 48]);
+    let mut off = config(64, 16);
+    off.prefix_caching = false;
+    let out = simulate(&wl, off).unwrap();
+    assert_eq!(out.prefill_tokens, 192);
+    assert_eq!(out.cached_tokens, [0, 0, 0]);
+}
+
+#[test]
+fn a_later_turn_finds_the_earlier_turn_and_its_output_cached() {
+    // One session: turn 1 has a 32-token prompt and 17 output tokens; turn 2's prompt is
+    // those 32 + 17 - 1 = 48 tokens the scheduler holds (the last sampled token is never
+    // written) plus 16 new ones. The stream's ids make turn 1's 3 full blocks hit.
+    let mut wl = plain(&[0.0, 100.0], &[32, 64], &[17, 1]);
+    wl.tokens = TokenPlan {
+        known: vec![true; 2],
+        session: vec![5, 5],
+        ..TokenPlan::default()
+    };
+    let out = simulate(&wl, config(64, 16)).unwrap();
+    assert_eq!(out.cached_tokens, [0, 48]);
+    assert_eq!(out.prefill_tokens, 32 + 16);
+}
+
+#[test]
+fn a_request_that_never_fits_is_named() {
+    let wl = plain(&[0.0, 0.0], &[4, 40], &[1, 30]);
+    let err = simulate(&wl, config(4, 4)).unwrap_err();
+    assert_eq!(
+        err,
+        SimError::NeverFits {
+            request: 1,
+            prompt_tokens: 40,
+            output_tokens: 30,
+            needed: 18,
+            usable: 4
+        }
+    );
+    assert!(err
+        .to_string()
+        .starts_with("request 1 (prompt 40 tokens, output 30)"));
+}
+
+#[test]
+fn the_step_limit_stops_a_run() {
+    let wl = plain(&[0.0], &[4], &[100]);
+    let err = run(
+        &wl,
+        &SimOptions {
+            config: config(64, 4),
+            engine: ONE_SECOND,
+            max_steps: 10,
+        },
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        SimError::StepLimit {
+            steps: 10,
+            done: 0,
+            requests: 1
+        }
+    );
+}
+
+#[test]
+fn idle_time_jumps_to_the_next_arrival_and_the_kv_series_stays_bounded() {
+    // One request of 10 000 output tokens: 10 000 steps, a series thinned to at most 4096
+    // points with a stride that is a power of two.
+    let wl = plain(&[3.5], &[4], &[10_000]);
+    let out = simulate(&wl, config(4096, 4)).unwrap();
+    assert_eq!(out.steps, 10_000);
+    assert_eq!(out.admitted, [3.5]);
+    assert_eq!(out.finish, [10_003.5]);
+    assert!(out.kv_series_t.len() <= chunked_prefill::sim::KV_SERIES_CAP);
+    assert!(out.kv_series_t.len() > chunked_prefill::sim::KV_SERIES_CAP / 2);
+    assert_eq!(out.kv_stride, 4);
+    assert_eq!(out.kv_series_t[1], 3.5 + 5.0); // the end of step 4
+    assert_eq!(out.gap_values, [1.0]);
+    assert_eq!(out.gap_weights, [9_999]);
+}
+
+#[test]
+fn trace_block_hashes_share_equal_blocks_and_only_the_prompt() {
+    // Hashes of 32 tokens: request 1 shares hash 10 (tokens 0..32) with request 0 but not
+    // hash 11 (32..64): 2 blocks of 16 hit. Request 2's single hash 10 covers its whole
+    // 32-token prompt, whose last token is always computed: 1 block hits.
+    let mut wl = plain(&[0.0, 5.0, 10.0], &[64, 64, 32], &[1, 1, 1]);
+    wl.tokens = TokenPlan {
+        known: vec![true; 3],
+        hash_block: 32,
+        hash_offsets: vec![0, 2, 4, 5],
+        hash_ids: vec![10, 11, 10, 12, 10],
+        ..TokenPlan::default()
+    };
+    let out = simulate(&wl, config(64, 16)).unwrap();
+    assert_eq!(out.cached_tokens, [0, 32, 16]);
+    // Past the prompt, ids come from the request's own stream, not its last hash.
+    assert_ne!(wl.tokens.token(2, 40, 32), wl.tokens.token(0, 40, 64));
+}

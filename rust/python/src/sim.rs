@@ -1,0 +1,180 @@
+//! `simulate_serving`: the core's simulation loop ([`chunked_prefill::sim::run`]) for
+//! `chunked_prefill.sim`. Arrays cross the boundary as little-endian bytes (numpy's
+//! `tobytes()` one way, `numpy.frombuffer` the other), so no Python object is made per
+//! request or per step; the run itself releases the GIL.
+
+use chunked_prefill::sim::{run, EngineModel, Outcome, SimOptions, TokenPlan, Workload};
+use chunked_prefill::ServingConfig;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+/// `count` little-endian 8-byte values of `bytes`, named `name` in an error.
+fn words<T>(
+    name: &str,
+    bytes: &[u8],
+    count: Option<usize>,
+    conv: fn([u8; 8]) -> T,
+) -> PyResult<Vec<T>> {
+    if bytes.len() % 8 != 0 || count.is_some_and(|n| bytes.len() != 8 * n) {
+        return Err(PyValueError::new_err(format!(
+            "{name} must hold {} 8-byte values, got {} bytes",
+            count.map_or_else(|| "whole".to_owned(), |n| n.to_string()),
+            bytes.len()
+        )));
+    }
+    Ok(bytes
+        .chunks_exact(8)
+        .map(|c| {
+            let mut word = [0; 8];
+            word.copy_from_slice(c);
+            conv(word)
+        })
+        .collect())
+}
+
+fn to_bytes<'py, T: Copy>(
+    py: Python<'py>,
+    values: &[T],
+    conv: fn(T) -> [u8; 8],
+) -> Bound<'py, PyBytes> {
+    let mut out = Vec::with_capacity(values.len() * 8);
+    for &v in values {
+        out.extend_from_slice(&conv(v));
+    }
+    PyBytes::new(py, &out)
+}
+
+/// Run the serving simulation loop; see ``chunked_prefill.sim.serving`` for the meaning of
+/// every argument and of the returned dict.
+#[pyfunction]
+#[pyo3(signature = (
+    arrival_s, prompt_tokens, output_tokens, priority, known, prefix_tokens, group, session,
+    hash_block, hash_offsets, hash_ids, *, num_blocks, block_size, token_budget, chunk_size,
+    max_prefills_per_step, max_running, watermark, prefix_caching, engine, max_steps
+))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn simulate_serving<'py>(
+    py: Python<'py>,
+    arrival_s: &[u8],
+    prompt_tokens: &[u8],
+    output_tokens: &[u8],
+    priority: &[u8],
+    known: &[u8],
+    prefix_tokens: u64,
+    group: &[u8],
+    session: &[u8],
+    hash_block: u64,
+    hash_offsets: &[u8],
+    hash_ids: &[u8],
+    num_blocks: usize,
+    block_size: usize,
+    token_budget: usize,
+    chunk_size: usize,
+    max_prefills_per_step: usize,
+    max_running: usize,
+    watermark: f64,
+    prefix_caching: bool,
+    engine: (f64, f64, f64, f64, f64),
+    max_steps: u64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let arrival = words("arrival_s", arrival_s, None, f64::from_le_bytes)?;
+    let n = Some(arrival.len());
+    let optional = |len: usize| (len > 0).then_some(arrival.len());
+    let workload = Workload {
+        prompt_tokens: words("prompt_tokens", prompt_tokens, n, u64::from_le_bytes)?,
+        output_tokens: words("output_tokens", output_tokens, n, u64::from_le_bytes)?,
+        priority: words(
+            "priority",
+            priority,
+            optional(priority.len()),
+            i64::from_le_bytes,
+        )?,
+        tokens: TokenPlan {
+            known: known.iter().map(|&b| b != 0).collect(),
+            prefix_tokens,
+            group: words("group", group, optional(group.len()), u64::from_le_bytes)?,
+            session: words(
+                "session",
+                session,
+                optional(session.len()),
+                u64::from_le_bytes,
+            )?,
+            hash_block,
+            hash_offsets: words(
+                "hash_offsets",
+                hash_offsets,
+                optional(hash_offsets.len()).map(|n| n + 1),
+                |w| u64::from_le_bytes(w) as usize,
+            )?,
+            hash_ids: words("hash_ids", hash_ids, None, u64::from_le_bytes)?,
+        },
+        arrival_s: arrival,
+    };
+    if !(known.is_empty() || known.len() == workload.len()) {
+        return Err(PyValueError::new_err(
+            "known must hold one byte per request",
+        ));
+    }
+    if let Some(&last) = workload.tokens.hash_offsets.last() {
+        let offsets = &workload.tokens.hash_offsets;
+        if offsets[0] != 0
+            || offsets.windows(2).any(|w| w[0] > w[1])
+            || last != workload.tokens.hash_ids.len()
+        {
+            return Err(PyValueError::new_err(
+                "hash_offsets must rise from 0 to len(hash_ids)",
+            ));
+        }
+    }
+    let (t_min_s, c0_s, c_tok_s, c_attn_s, c_kv_s) = engine;
+    let options = SimOptions {
+        config: ServingConfig {
+            num_blocks,
+            block_size,
+            token_budget,
+            chunk_size,
+            max_prefills_per_step,
+            max_running,
+            watermark,
+            prefix_caching,
+        },
+        engine: EngineModel {
+            t_min_s,
+            c0_s,
+            c_tok_s,
+            c_attn_s,
+            c_kv_s,
+        },
+        max_steps,
+    };
+    let outcome = py
+        .detach(|| run(&workload, &options))
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    outcome_dict(py, &outcome)
+}
+
+fn outcome_dict<'py>(py: Python<'py>, o: &Outcome) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    let f = |v: f64| v.to_le_bytes();
+    let u = |v: u64| v.to_le_bytes();
+    d.set_item("admitted", to_bytes(py, &o.admitted, f))?;
+    d.set_item("first_token", to_bytes(py, &o.first_token, f))?;
+    d.set_item("finish", to_bytes(py, &o.finish, f))?;
+    d.set_item("max_gap", to_bytes(py, &o.max_gap, f))?;
+    d.set_item("cached_tokens", to_bytes(py, &o.cached_tokens, u))?;
+    d.set_item("preemptions", to_bytes(py, &o.preemptions, u))?;
+    d.set_item("recomputed_tokens", to_bytes(py, &o.recomputed_tokens, u))?;
+    d.set_item("gap_values", to_bytes(py, &o.gap_values, f))?;
+    d.set_item("gap_weights", to_bytes(py, &o.gap_weights, u))?;
+    d.set_item("kv_series_t", to_bytes(py, &o.kv_series_t, f))?;
+    d.set_item("kv_series_blocks", to_bytes(py, &o.kv_series_blocks, u))?;
+    d.set_item("steps", o.steps)?;
+    d.set_item("prefill_tokens", o.prefill_tokens)?;
+    d.set_item("decode_tokens", o.decode_tokens)?;
+    d.set_item("kv_block_seconds", o.kv_block_seconds)?;
+    d.set_item("busy_s", o.busy_s)?;
+    d.set_item("kv_peak_blocks", o.kv_peak_blocks)?;
+    d.set_item("kv_stride", o.kv_stride)?;
+    Ok(d)
+}
