@@ -16,4 +16,4 @@ HPY="$ROOT/.venv-hf/bin/python"
 "$HPY" -c "import torch, transformers, psutil; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 "$HPY" -m mypy
 (cd tests && "$HPY" -m pytest -q -p no:cacheprovider --rootdir "$ROOT" \
-    "$ROOT/tests/test_hf.py")
+    "$ROOT/tests/test_hf.py" "$ROOT/tests/test_hf_paged.py")

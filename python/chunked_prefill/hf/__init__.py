@@ -1,11 +1,15 @@
 """Drive Hugging Face transformers models with the chunked-prefill scheduler.
 
-Two ways in, both greedy-token-identical to unchunked generation:
+Three ways in, all greedy-token-identical to unchunked generation:
 
 - :func:`generate`: a small reference engine loop. Every step asks a
   :class:`chunked_prefill.Scheduler` for a :class:`~chunked_prefill.Step`, runs the prompt
   chunks it names (each at its ``start``, on the request's own KV cache) and one decode token
   for up to ``decode_tokens`` decoding requests, oldest first.
+- :class:`PagedEngine`: a small paged-attention engine driven by a
+  :class:`chunked_prefill.ServingScheduler`: its KV cache is one pool of blocks, read and
+  written only through the block tables the scheduler hands out, with prefix caching and
+  preemption.
 - :func:`register`: adds :class:`ChunkedPrefillCBScheduler` to transformers' continuous
   batching as ``scheduler_type="chunked_prefill"``, so ``model.generate_batch(...)`` and the
   continuous-batching manager take their per-step decisions from this package.
@@ -21,8 +25,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._backend import resolve_backend
+# First: without torch and transformers, this raises the ImportError naming the extra.
+from . import _loop  # noqa: F401
+from ._backend import resolve_backend, resolve_serving_backend
+from ._kv_pool import KVPool
 from ._loop import StepTiming, generate
+from ._paged import PagedEngine, RequestTiming
+from ._steps import STEP_COLUMNS, StepRecord
 from ._version import (
     SUPPORTED_TRANSFORMERS,
     VERIFIED_TRANSFORMERS,
@@ -35,15 +44,21 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SCHEDULER_NAME",
+    "STEP_COLUMNS",
     "SUPPORTED_TRANSFORMERS",
     "VERIFIED_TRANSFORMERS",
     "ChunkedPrefillCBScheduler",
+    "KVPool",
+    "PagedEngine",
+    "RequestTiming",
+    "StepRecord",
     "StepTiming",
     "UnsupportedTransformersError",
     "check_transformers_version",
     "generate",
     "register",
     "resolve_backend",
+    "resolve_serving_backend",
     "timed_scheduler",
 ]
 
