@@ -1,8 +1,8 @@
 """The documentation's examples run: README.md and every page in docs/.
 
 Every ``python`` block runs and passes ``mypy --strict``; every ``$ chunked-prefill ...``
-line of a ``console`` block runs; the README links every page, and every relative link
-points at a file (and heading) that exists. Blocks that need torch are run by
+line of a ``console`` block runs; the README links every page (or a page it links), and
+every relative link points at a file (and heading) that exists. Blocks that need torch are run by
 tests/test_hf.py in the hf venv.
 """
 
@@ -161,7 +161,15 @@ def anchors(page: Path) -> set[str]:
 
 
 def test_readme_links_every_docs_page() -> None:
+    """Directly, or through a page it links (docs/engines.md is linked from simulate.md)."""
     linked = set(re.findall(r"\]\((docs/[^)#]+)", README.read_text(encoding="utf-8")))
+    todo = list(linked)
+    while todo:
+        text = (ROOT / todo.pop()).read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([a-z0-9_-]+\.md)", text):
+            if f"docs/{target}" not in linked:
+                linked.add(f"docs/{target}")
+                todo.append(f"docs/{target}")
     assert {name(p) for p in DOCS.glob("*.md")} <= linked
 
 
