@@ -161,3 +161,39 @@ def test_read_steps_csv_reads_what_write_steps_csv_wrote(tmp_path: Path) -> None
     assert list(s.duration_s) == [x.duration_s for x in r.step_log]
     assert list(s.attention_pairs) == [x.attention_pairs for x in r.step_log]
     assert list(s.prefill_tokens) == [x.prefill_tokens for x in r.step_log]
+
+
+def test_cli_round_trip_with_steps_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    steps, profile = tmp_path / "steps.csv", tmp_path / "fitted.json"
+    run = ["simulate", "--scheduler", "planner", "--chunk-size", "512", "--requests", "20"]
+    assert main([*run, "--steps-csv", str(steps), "--json", "--quiet"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(["fit", str(steps), "--out", str(profile)]) == 0
+    capsys.readouterr()
+    assert main([*run, "--profile", str(profile), "--json", "--quiet"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    for metric in ("ttft_s", "tbt_s"):
+        assert again[0][metric] == pytest.approx(first[0][metric], rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--steps-csv", "s.csv"], "argument --steps-csv: needs --scheduler planner"),
+        (
+            ["--scheduler", "planner", "--steps-csv", "s.csv"],
+            "argument --steps-csv: records one configuration, got 4",
+        ),
+        (
+            ["--scheduler", "planner", "--chunk-size", "512", "--steps-csv", "/nonexistent/s.csv"],
+            "argument --steps-csv: cannot write /nonexistent/s.csv",
+        ),
+    ],
+)
+def test_steps_csv_errors(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", "--requests", "3", "--quiet", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"chunked-prefill simulate: error: {message}"), err
+    assert err.count("\n") == 1
