@@ -136,19 +136,31 @@ GOOD = "512,10,131328,5000,0.05\n"
         (HEADER + GOOD + "512,1,inf,5000,0.1\n", ":3: field 'attention_pairs': expected"),
         (HEADER + GOOD + "512,1,5000,0.1\n", ":3: row has 4 cells"),
         (HEADER.replace(",duration_s", ""), ":1: field 'duration_s': is missing"),
+        (HEADER.replace("\n", ",duration_s\n"), ":1: field 'duration_s': appears twice"),
         ("", ": is empty"),
+        (b"\xff\xfe", ": not UTF-8 text"),
         (HEADER + GOOD, ": fitting needs at least 5 steps, got 1"),
     ],
 )
 def test_bad_steps_file_is_one_error_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, where: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str | bytes, where: str
 ) -> None:
     path = tmp_path / "bad.csv"
-    path.write_text(text)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
     assert main(["fit", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert err.startswith(f"chunked-prefill fit: error: {path}{where}"), err
+
+
+def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", str(tmp_path / "none.csv")]) == 2
+    err = capsys.readouterr().err
+    want = f"{tmp_path}/none.csv: cannot be read: No such file or directory"
+    assert err == f"chunked-prefill fit: error: {want}\n"
 
 
 def test_read_steps_csv_reads_what_write_steps_csv_wrote(tmp_path: Path) -> None:

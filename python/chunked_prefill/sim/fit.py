@@ -54,6 +54,7 @@ MAX_THRESHOLDS = 256
 """The most floor thresholds tried; beyond it they are spread over the quantiles of ``N``."""
 
 _COUNT_MAX = 2**63 - 1
+_COUNT = "a whole number in [0, 2**63 - 1]"
 _PARAMS = ("t_min_s", "c0_s", "c_tok_s", "c_attn_s", "c_kv_s")
 
 Array = npt.NDArray[np.float64]
@@ -111,8 +112,10 @@ def read_steps_csv(path: str | os.PathLike[str]) -> Steps:
     try:
         with open(name, encoding="utf-8", newline="") as fh:
             text = fh.read()
-    except (OSError, UnicodeDecodeError) as err:
-        raise TraceError(name, 0, None, f"cannot be read: {err}") from None
+    except OSError as err:
+        raise TraceError(name, 0, None, f"cannot be read: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise TraceError(name, 0, None, f"not UTF-8 text: {err}") from None
     rows: list[tuple[float, ...]] = []
     header: list[str] | None = None
     reader = csv.reader(io.StringIO(text, newline=""))
@@ -126,6 +129,8 @@ def read_steps_csv(path: str | os.PathLike[str]) -> Steps:
                 for col in COLUMNS:
                     if col not in header:
                         raise TraceError(name, line, col, "is missing from the header")
+                    if header.count(col) > 1:
+                        raise TraceError(name, line, col, "appears twice in the header")
                 continue
             if len(cells) != len(header):
                 raise TraceError(
@@ -133,8 +138,8 @@ def read_steps_csv(path: str | os.PathLike[str]) -> Steps:
                 )
             row = dict(zip(header, cells))
             counts = tuple(
-                float(_parse_int(name, line, col, row[col], low=0, high=_COUNT_MAX, what=what))
-                for col, what in zip(COLUMNS[:4], _COUNT_RULES)
+                float(_parse_int(name, line, col, row[col], low=0, high=_COUNT_MAX, what=_COUNT))
+                for col in COLUMNS[:4]
             )
             rows.append((*counts, _duration(name, line, row["duration_s"])))
     except csv.Error as err:
@@ -143,9 +148,6 @@ def read_steps_csv(path: str | os.PathLike[str]) -> Steps:
         raise TraceError(name, 0, None, "is empty: expected a header row and steps")
     table = np.array(rows, dtype=np.float64).reshape(len(rows), 5)
     return Steps(*(table[:, i].copy() for i in range(5)))
-
-
-_COUNT_RULES = ("a whole number in [0, 2**63 - 1]",) * 4
 
 
 @dataclass(frozen=True)
