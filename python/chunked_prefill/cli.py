@@ -1,5 +1,6 @@
 """The ``chunked-prefill`` command line: ``simulate`` replays a workload against an engine
-latency model, ``plan`` shows the step table for some prompt lengths.
+latency model, ``plan`` shows the step table for some prompt lengths, ``fit`` fits the
+engine model to measured steps.
 
 Every bad input is one line ``chunked-prefill COMMAND: error: MESSAGE`` on stderr and exit
 status 2; the message names the flag or argument, the value and the rule.
@@ -223,6 +224,91 @@ def _write_table(
         out.write("  ".join(c.rjust(w) for c, w in zip(cells, widths)) + "\n")
 
 
+def _add_fit_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "fit",
+        help="fit the engine model's coefficients to measured steps",
+        description="Fit the step-latency model's coefficients (t_min_s, c0_s, c_tok_s,"
+        " c_attn_s, c_kv_s) by least squares to a CSV of measured steps with the columns"
+        " prefill_tokens, decode_tokens, attention_pairs, decode_context_tokens and"
+        " duration_s, and report the fit's relative error per step. Every bad input is one"
+        " line 'chunked-prefill fit: error: ...' on stderr and exit status 2.",
+    )
+    p.add_argument("steps", metavar="STEPS.csv", help="the measured steps")
+    p.add_argument(
+        "--out",
+        metavar="PROFILE",
+        help="write the fitted coefficients as a profile for 'simulate --profile'"
+        " (TOML when it ends in .toml, else JSON)",
+    )
+    p.add_argument(
+        "--name",
+        default=None,
+        metavar="NAME",
+        help="the fitted engine's name (default: fitted (STEPS.csv))",
+    )
+    p.add_argument("--json", action="store_true", help="print the fit as one JSON object")
+    p.set_defaults(func=_run_fit)
+
+
+def _run_fit(args: argparse.Namespace) -> int:
+    import os
+
+    from .sim.fit import fit_steps, profile_text, read_steps_csv
+    from .sim.workload import TraceError
+
+    name = args.name or f"fitted ({os.path.basename(args.steps)})"
+    try:
+        fit = fit_steps(read_steps_csv(args.steps), name)
+    except TraceError as err:
+        raise UsageError(str(err)) from None
+    except ValueError as err:
+        raise UsageError(f"{args.steps}: {err}") from None
+    if args.out is not None:
+        try:
+            with open(args.out, "w", encoding="utf-8") as fh:
+                fh.write(profile_text(fit.engine, args.out.lower().endswith(".toml")))
+        except OSError as err:
+            raise UsageError(f"argument --out: cannot write {args.out}: {err.strerror}") from None
+    errors = {"p50": fit.error_p50, "p90": fit.error_p90, "p99": fit.error_p99}
+    errors["max"] = fit.error_max
+    if args.json:
+        doc = {
+            "engine": fit.engine.to_dict(),
+            "steps": fit.steps,
+            "floor_steps": fit.floor_steps,
+            "unidentified": list(fit.unidentified),
+            "relative_error": errors,
+        }
+        print(json.dumps(doc))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=fit.engine.name)
+    table.add_column("coefficient")
+    table.add_column("value", justify="right")
+    for key, value in fit.engine.to_dict().items():
+        if key != "name":
+            kept = " (not identified, kept at 0)" if key in fit.unidentified else ""
+            table.add_row(key, f"{value:.4g}{kept}")
+    for q, e in errors.items():
+        table.add_row(f"error {q}", f"{100 * e:.2f} %")
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=100)
+    console.print(
+        f"{fit.steps} steps, {fit.floor_steps} on the floor (t_min_s); error is"
+        " |predicted - measured| / measured per step"
+    )
+    console.print(table)
+    if args.out is not None:
+        console.print(
+            f"wrote {args.out}; use it with: chunked-prefill simulate --profile {args.out}"
+        )
+    return 0
+
+
 def _version() -> str:
     from . import BACKEND, __version__
 
@@ -242,6 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim_cli.add_parser(subparsers)
     _add_plan_parser(subparsers)
+    _add_fit_parser(subparsers)
     return parser
 
 

@@ -52,6 +52,7 @@ from .simulator import (
     SimConfig,
     SimResult,
     StepLimitError,
+    StepRecord,
     backend_name,
     check_configs,
     expand_configs,
@@ -386,6 +387,12 @@ def _configure(p: argparse.ArgumentParser) -> None:
         " .svg, ...); needs matplotlib, the plot extra",
     )
     o.add_argument(
+        "--steps-csv",
+        metavar="FILE",
+        help="write every step of the run as CSV for 'chunked-prefill fit' (planner"
+        " scheduler and one configuration only)",
+    )
+    o.add_argument(
         "--quiet",
         action="store_true",
         help="no progress bar and no notes (the progress bar is drawn only when stderr is"
@@ -633,9 +640,21 @@ def _run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         _check_plot_path(args.plot)
     if args.scheduler == "serving":
+        if args.steps_csv is not None:
+            raise UsageError(
+                "argument --steps-csv: needs --scheduler planner (the serving loop runs in the"
+                " Rust core and records no steps)"
+            )
         return _run_serving(args)
     module = resolve_backend(args.backend)
     configs = _configs(args)
+    if args.steps_csv is not None and len(configs) != 1:
+        raise UsageError(
+            f"argument --steps-csv: records one configuration, got {len(configs)}; give one"
+            " value to each of --chunk-size, --token-budget and --max-prefills-per-step"
+        )
+    if args.steps_csv is not None:
+        _write_steps(args.steps_csv, ())  # a path that cannot be written fails before the run
     workload = _workload(args)
     engine = _engine(args)
     try:
@@ -660,7 +679,10 @@ def _run(args: argparse.Namespace) -> int:
             backend=module,
             stall_threshold_s=args.stall_threshold,
             max_steps=args.max_steps,
+            record_steps=args.steps_csv is not None,
         )
+    if args.steps_csv is not None:
+        _write_steps(args.steps_csv, results[0].step_log)
     wall = time.perf_counter() - started
     return _report(args, console, results, workload, wall, f"{backend_name(module)} backend")
 
@@ -834,7 +856,18 @@ def _simulate_with_progress(
             stall_threshold_s=args.stall_threshold,
             on_progress=on_progress,
             max_steps=args.max_steps,
+            record_steps=args.steps_csv is not None,
         )
+
+
+def _write_steps(path: str, steps: Sequence[StepRecord] | None) -> None:
+    from .fit import write_steps_csv
+
+    assert steps is not None
+    try:
+        write_steps_csv(steps, path)
+    except OSError as err:
+        raise UsageError(f"argument --steps-csv: cannot write {path}: {err.strerror}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -238,6 +238,15 @@ class StepRecord:
     """``(request_id, start, tokens, is_last)`` of each prefill chunk."""
     decoded: tuple[int, ...]
     """Ids of the decoding requests that received a token this step."""
+    attention_pairs: int = 0
+    """Causal (query, key) pairs of the step's prefill chunks (the model's ``c_attn`` term)."""
+    decode_context_tokens: int = 0
+    """Context tokens of the decoded requests (the model's ``c_kv`` term)."""
+
+    @property
+    def prefill_tokens(self) -> int:
+        """Prompt tokens prefilled this step."""
+        return sum(c[2] for c in self.chunks)
 
     @property
     def duration_s(self) -> float:
@@ -866,6 +875,8 @@ def _run(
                     decode_tokens=d,
                     chunks=tuple((c.request_id, c.start, c.tokens, c.is_last) for c in step.chunks),
                     decoded=decoded,
+                    attention_pairs=attn,
+                    decode_context_tokens=kv,
                 )
             )
         if progress is not None and not steps & 4095:

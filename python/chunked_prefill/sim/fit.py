@@ -1,0 +1,299 @@
+"""Calibrating the step-latency model: fit :class:`EngineModel` to measured steps.
+
+A steps file is a CSV with the columns ``prefill_tokens``, ``decode_tokens``,
+``attention_pairs``, ``decode_context_tokens`` and ``duration_s`` (others are ignored), one
+row per engine step; :func:`write_steps_csv` writes the simulator's own steps that way, so a
+simulated run can be fitted back.
+
+The model ``t = max(t_min, c0 + c_tok*N) + c_attn*A + c_kv*K`` (``N`` the batch's tokens) is
+linear once it is known which steps sit on the floor, and the floor steps are exactly those
+with ``N`` under a threshold. :func:`fit_steps` therefore tries every threshold (every distinct
+``N``, at most :data:`MAX_THRESHOLDS` of them), fits the five coefficients of each split by
+non-negative least squares on the relative error, keeps the split with the least squared
+relative error, and then re-splits the steps by the fitted coefficients until the split is
+stable.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from ._json import exact
+from .engine import EngineModel
+from .simulator import StepRecord
+from .workload import TraceError, _parse_int, _show
+
+__all__ = [
+    "COLUMNS",
+    "MAX_THRESHOLDS",
+    "FitResult",
+    "Steps",
+    "fit_steps",
+    "profile_text",
+    "read_steps_csv",
+    "write_steps_csv",
+]
+
+COLUMNS = (
+    "prefill_tokens",
+    "decode_tokens",
+    "attention_pairs",
+    "decode_context_tokens",
+    "duration_s",
+)
+"""The columns a steps file must have."""
+
+MAX_THRESHOLDS = 256
+"""The most floor thresholds tried; beyond it they are spread over the quantiles of ``N``."""
+
+_COUNT_MAX = 2**63 - 1
+_COUNT = "a whole number in [0, 2**63 - 1]"
+_PARAMS = ("t_min_s", "c0_s", "c_tok_s", "c_attn_s", "c_kv_s")
+
+Array = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Steps:
+    """Measured steps as columns (floats): the four counts and the duration in seconds."""
+
+    prefill_tokens: Array
+    decode_tokens: Array
+    attention_pairs: Array
+    decode_context_tokens: Array
+    duration_s: Array
+
+    def __len__(self) -> int:
+        return len(self.duration_s)
+
+
+def write_steps_csv(steps: Iterable[StepRecord], path: str | os.PathLike[str]) -> int:
+    """Write the simulator's steps (``SimResult.step_log``) as a steps file; returns the
+    number of rows. Durations are written with ``repr``, so they read back exactly."""
+    n = 0
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        out = csv.writer(fh, lineterminator="\n")
+        out.writerow(("step", "start_s", *COLUMNS))
+        for s in steps:
+            out.writerow(
+                (
+                    s.index,
+                    repr(s.start_s),
+                    s.prefill_tokens,
+                    s.decode_tokens,
+                    s.attention_pairs,
+                    s.decode_context_tokens,
+                    repr(s.duration_s),
+                )
+            )
+            n += 1
+    return n
+
+
+def _duration(path: str, line: int, raw: str) -> float:
+    rule = "expected a duration in seconds, a number above 0 and at most 1e9"
+    parsed = exact(raw)
+    if parsed is None or not 0 < parsed[0] <= 10**9:
+        raise TraceError(path, line, "duration_s", f"{rule}, got {_show(raw)}")
+    return float(parsed[0])
+
+
+def read_steps_csv(path: str | os.PathLike[str]) -> Steps:
+    """Read a steps file. A missing column or a bad cell raises :class:`TraceError`
+    (``FILE:LINE: field 'NAME': problem``); nothing is dropped or repaired."""
+    name = os.fspath(path)
+    try:
+        with open(name, encoding="utf-8", newline="") as fh:
+            text = fh.read()
+    except OSError as err:
+        raise TraceError(name, 0, None, f"cannot be read: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise TraceError(name, 0, None, f"not UTF-8 text: {err}") from None
+    rows: list[tuple[float, ...]] = []
+    header: list[str] | None = None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        for cells in reader:
+            line = reader.line_num
+            if not cells or all(not c.strip() for c in cells):
+                continue
+            if header is None:
+                header = [c.strip() for c in cells]
+                for col in COLUMNS:
+                    if col not in header:
+                        raise TraceError(name, line, col, "is missing from the header")
+                    if header.count(col) > 1:
+                        raise TraceError(name, line, col, "appears twice in the header")
+                continue
+            if len(cells) != len(header):
+                raise TraceError(
+                    name, line, None, f"row has {len(cells)} cells but the header has {len(header)}"
+                )
+            row = dict(zip(header, cells))
+            counts = tuple(
+                float(_parse_int(name, line, col, row[col], low=0, high=_COUNT_MAX, what=_COUNT))
+                for col in COLUMNS[:4]
+            )
+            rows.append((*counts, _duration(name, line, row["duration_s"])))
+    except csv.Error as err:
+        raise TraceError(name, reader.line_num, None, f"malformed CSV: {err}") from None
+    if header is None:
+        raise TraceError(name, 0, None, "is empty: expected a header row and steps")
+    table = np.array(rows, dtype=np.float64).reshape(len(rows), 5)
+    return Steps(*(table[:, i].copy() for i in range(5)))
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """A fitted engine model and how well it predicts the steps it was fitted to."""
+
+    engine: EngineModel
+    steps: int
+    floor_steps: int
+    """Steps whose token-proportional part is under ``t_min_s`` in the fitted model."""
+    unidentified: tuple[str, ...]
+    """Coefficients the steps cannot determine, kept at 0 (e.g. ``c_attn_s`` without
+    prefill steps)."""
+    error_p50: float
+    """Percentiles of ``|predicted - measured| / measured`` over the steps."""
+    error_p90: float
+    error_p99: float
+    error_max: float
+
+
+def _nnls(x: Array, y: Array) -> Array:
+    """Least squares with every coefficient >= 0: solve, drop the most negative column,
+    solve again (columns are scaled to unit norm first, so tiny coefficients are not lost)."""
+    norms = np.linalg.norm(x, axis=0)
+    active = [j for j in range(x.shape[1]) if norms[j] > 0]
+    coef = np.zeros(x.shape[1])
+    while active:
+        xs = x[:, active] / norms[active]
+        sol = np.linalg.lstsq(xs, y, rcond=None)[0] / norms[active]
+        worst = int(np.argmin(sol))
+        if sol[worst] >= 0:
+            coef[active] = sol
+            break
+        del active[worst]
+    return coef
+
+
+def _design(s: Steps, floor: npt.NDArray[np.bool_]) -> Array:
+    n = s.prefill_tokens + s.decode_tokens
+    lin = ~floor
+    cols = (floor, lin, lin * n, s.attention_pairs, s.decode_context_tokens)
+    return np.column_stack([np.asarray(c, dtype=np.float64) for c in cols])
+
+
+def _predict(coef: Array, s: Steps) -> Array:
+    t_min, c0, c_tok, c_attn, c_kv = (float(c) for c in coef)
+    n = s.prefill_tokens + s.decode_tokens
+    lin: Array = np.maximum(t_min, c0 + c_tok * n)
+    return lin + c_attn * s.attention_pairs + c_kv * s.decode_context_tokens
+
+
+def _fit_split(s: Steps, floor: npt.NDArray[np.bool_]) -> tuple[Array, float]:
+    """The coefficients for one split and their squared relative error under the max()
+    model. Rows are divided by the measured time, so the fit minimises relative error."""
+    t = s.duration_s
+    coef = _nnls(_design(s, floor) / t[:, None], np.ones_like(t))
+    rel = _predict(coef, s) / t - 1.0
+    return coef, float(np.dot(rel, rel))
+
+
+def _thresholds(n: Array) -> Array:
+    # A split "floor iff N < v"; v = max(N) + 1 puts every step on the floor.
+    values = np.unique(n)
+    if len(values) > MAX_THRESHOLDS:
+        values = np.unique(np.quantile(values, np.linspace(0, 1, MAX_THRESHOLDS), method="lower"))
+    out: Array = np.append(values, values[-1] + 1)
+    return out
+
+
+def fit_steps(s: Steps, name: str = "fitted") -> FitResult:
+    """Fit the engine model's five coefficients to measured steps (see the module docstring).
+
+    Raises ``ValueError`` when the steps cannot determine the model: fewer than 5 steps, or
+    fewer than two distinct batch sizes. Coefficients whose term is 0 in every step (no
+    prefill, no decode) are kept at 0 and named in :attr:`FitResult.unidentified`.
+    """
+    if len(s) < len(_PARAMS):
+        raise ValueError(f"fitting needs at least {len(_PARAMS)} steps, got {len(s)}")
+    n = s.prefill_tokens + s.decode_tokens
+    if len(np.unique(n)) < 2:
+        raise ValueError(
+            "fitting needs steps of at least two batch sizes (prefill_tokens + decode_tokens)"
+            " to tell c0_s from c_tok_s; every step has the same"
+        )
+    best: tuple[Array, float] | None = None
+    for v in _thresholds(n):
+        if len(np.unique(n[n >= v])) == 1:
+            continue  # one batch size above the floor: c0_s and c_tok_s not separable
+        cand = _fit_split(s, n < v)
+        if best is None or cand[1] < best[1]:
+            best = cand
+    assert best is not None  # the lowest threshold leaves every batch size above the floor
+    coef = best[0]
+    for _ in range(20):  # re-split by the fitted coefficients until the split is stable
+        floor = coef[1] + coef[2] * n < coef[0]
+        cand = _fit_split(s, floor)
+        if cand[1] >= best[1]:
+            break
+        best = cand
+        coef = cand[0]
+    return _result(coef, s, name)
+
+
+def _result(coef: Array, s: Steps, name: str) -> FitResult:
+    n = s.prefill_tokens + s.decode_tokens
+    floor = coef[1] + coef[2] * n < coef[0]
+    unidentified = []
+    if not floor.any():
+        unidentified.append("t_min_s")
+    if not s.attention_pairs.any():
+        unidentified.append("c_attn_s")
+    if not s.decode_context_tokens.any():
+        unidentified.append("c_kv_s")
+    if floor.all():
+        unidentified += ["c0_s", "c_tok_s"]
+        coef[1] = coef[2] = 0.0
+    for p in unidentified:
+        coef[_PARAMS.index(p)] = 0.0
+    engine = EngineModel(name=name, **{p: float(c) for p, c in zip(_PARAMS, coef)})
+    rel = np.abs(_predict(coef, s) - s.duration_s) / s.duration_s
+    p50, p90, p99 = (float(np.percentile(rel, q)) for q in (50, 90, 99))
+    return FitResult(
+        engine,
+        len(s),
+        int(floor.sum()),
+        tuple(p for p in _PARAMS if p in unidentified),
+        p50,
+        p90,
+        p99,
+        float(rel.max()),
+    )
+
+
+def profile_text(engine: EngineModel, toml: bool) -> str:
+    """``engine`` as a profile file that :func:`load_profile` reads (TOML or JSON)."""
+    values = {p: getattr(engine, p) for p in _PARAMS}
+    if not toml:
+        import json
+
+        return json.dumps({"name": engine.name, **values}, indent=2) + "\n"
+    lines = ["[engine]", f"name = {_toml_string(engine.name)}"]
+    lines += [f"{p} = {v!r}" for p, v in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _toml_string(text: str) -> str:
+    import json
+
+    return json.dumps(text)  # a JSON string is a valid TOML basic string
