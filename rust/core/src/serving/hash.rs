@@ -21,12 +21,31 @@ pub fn root_hash(cache_salt: u64) -> BlockHash {
 /// `blake2b-128(parent || the block's token ids as little-endian u32)`.
 #[must_use]
 pub fn block_hash(parent: &BlockHash, tokens: impl IntoIterator<Item = u32>) -> BlockHash {
-    let mut hasher = Blake2b128::new();
-    hasher.update(parent);
+    let mut message = Vec::new();
+    block_message(parent, tokens, &mut message);
+    hash_message(&message)
+}
+
+/// `parent || tokens as little-endian u32` into `message` (emptied first): the bytes
+/// [`block_hash`] hashes, built in a buffer the caller keeps, so that the hash is one call
+/// over contiguous bytes.
+pub(crate) fn block_message(
+    parent: &BlockHash,
+    tokens: impl IntoIterator<Item = u32>,
+    message: &mut Vec<u8>,
+) {
+    let tokens = tokens.into_iter();
+    message.clear();
+    message.reserve(parent.len() + 4 * tokens.size_hint().0);
+    message.extend_from_slice(parent);
     for token in tokens {
-        hasher.update(token.to_le_bytes());
+        message.extend_from_slice(&token.to_le_bytes());
     }
-    hasher.finalize().into()
+}
+
+/// `blake2b-128(message)`.
+pub(crate) fn hash_message(message: &[u8]) -> BlockHash {
+    Blake2b128::digest(message).into()
 }
 
 #[cfg(test)]

@@ -64,6 +64,8 @@ pub struct ServingScheduler {
     spare: Vec<Vec<usize>>,
     /// Scratch of `schedule` (cache hits) and `update` (ids, tokens, finished).
     hits: Vec<usize>,
+    /// The bytes of the block being hashed.
+    message: Vec<u8>,
     sampling: HashSet<u64, DefaultHashBuilder>,
     given: HashMap<u64, u32, DefaultHashBuilder>,
     finished_set: HashSet<u64, DefaultHashBuilder>,
@@ -81,17 +83,19 @@ fn tokens_in(blocks: usize, block_size: usize) -> u128 {
 }
 
 /// The longest chain of cached full blocks of `request`, leaving at least one token to
-/// compute, into `hits`.
+/// compute, into `hits`. Hashes are computed only up to the first miss (`message` is scratch).
 fn cached_prefix(
     pool: &BlockPool,
     request: &mut Request,
     block_size: usize,
     hits: &mut Vec<usize>,
+    message: &mut Vec<u8>,
 ) {
     let most =
         usize::try_from((request.num_tokens() - 1) / block_size as u128).unwrap_or(usize::MAX);
-    for block in 0..request.chain(most, block_size) {
-        match pool.lookup(&request.hash(block)) {
+    for block in 0..most {
+        let hit = request.hash_at(block, block_size, message);
+        match hit.and_then(|hash| pool.lookup(&hash)) {
             Some(hit) => hits.push(hit),
             None => break,
         }
@@ -129,6 +133,7 @@ impl ServingScheduler {
             num_cached_tokens: 0,
             spare: Vec::new(),
             hits: Vec::new(),
+            message: Vec::new(),
             sampling: HashSet::default(),
             given: HashMap::default(),
             finished_set: HashSet::default(),
@@ -447,7 +452,13 @@ impl ServingScheduler {
                 break;
             };
             if self.config.prefix_caching {
-                cached_prefix(&self.pool, request, block_size, &mut hits);
+                cached_prefix(
+                    &self.pool,
+                    request,
+                    block_size,
+                    &mut hits,
+                    &mut self.message,
+                );
             }
             let free_hits = hits.iter().filter(|&&b| self.pool.ref_count(b) == 0);
             let free = (self.pool.num_free() - free_hits.count()) as u128;
@@ -744,7 +755,7 @@ impl ServingScheduler {
             let (Ok(first), Ok(end)) = (usize::try_from(first), usize::try_from(end)) else {
                 continue;
             };
-            let hashed = request.chain(end, block_size);
+            let hashed = request.chain(end, block_size, &mut self.message);
             for block in first..hashed {
                 self.pool
                     .register(request.table[block], request.hash(block));
