@@ -42,6 +42,18 @@ pub(crate) fn block_message(
     }
 }
 
+/// [`block_message`] for a block whose ids are one slice (all in the prompt): written in
+/// place, without a capacity check per token.
+pub(crate) fn block_message_of(parent: &BlockHash, ids: &[u32], message: &mut Vec<u8>) {
+    message.clear();
+    message.extend_from_slice(parent);
+    message.resize(parent.len() + 4 * ids.len(), 0);
+    let tokens = message[parent.len()..].chunks_exact_mut(4);
+    for (bytes, id) in tokens.zip(ids) {
+        bytes.copy_from_slice(&id.to_le_bytes());
+    }
+}
+
 /// `blake2b-128(message)`.
 pub(crate) fn hash_message(message: &[u8]) -> BlockHash {
     let digest = blake2b_simd::Params::new().hash_length(16).hash(message);
@@ -56,6 +68,17 @@ mod tests {
 
     fn hex(hash: &BlockHash) -> String {
         hash.iter().map(|byte| format!("{byte:02x}")).collect()
+    }
+
+    #[test]
+    fn slice_message_is_the_iterator_message() {
+        let parent = root_hash(3);
+        let ids = [0, 1, 0x0102_0304, u32::MAX, 77];
+        let (mut by_iter, mut by_slice) = (vec![9; 3], vec![9; 40]);
+        block_message(&parent, ids, &mut by_iter);
+        block_message_of(&parent, &ids, &mut by_slice);
+        assert_eq!(by_iter, by_slice);
+        assert_eq!(hash_message(&by_slice), block_hash(&parent, ids));
     }
 
     /// Vectors from `hashlib.blake2b(data, digest_size=16).hexdigest()` in CPython.

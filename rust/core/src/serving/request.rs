@@ -1,6 +1,6 @@
 //! The request record and its public view.
 
-use super::hash::{block_message, hash_message, root_hash, BlockHash};
+use super::hash::{block_message, block_message_of, hash_message, root_hash, BlockHash};
 
 /// A request's prompt as `add_request` takes it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -173,7 +173,7 @@ impl Request {
             };
             let start = i * block_size;
             match self.prompt_ids().get(start..start + block_size) {
-                Some(ids) => block_message(&parent, ids.iter().copied(), message),
+                Some(ids) => block_message_of(&parent, ids, message),
                 None => block_message(&parent, self.known_tokens(start, block_size), message),
             }
             self.hashes.push(hash_message(message));
