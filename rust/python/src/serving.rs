@@ -3,6 +3,7 @@
 //! Every method converts all of its arguments to Rust values first, then takes the lock, calls
 //! the core and releases the lock before it builds any Python object.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use chunked_prefill::serving::{Batch, ServingScheduler};
@@ -28,7 +29,14 @@ use crate::serving_values::{PyBatch, PyRequestView};
 #[pyclass(name = "ServingScheduler", module = "chunked_prefill._core", frozen)]
 pub(crate) struct PyServingScheduler {
     inner: Mutex<ServingScheduler>,
+    /// The issue number of the batch the last `schedule()` returned (0: none), written and
+    /// read under the lock. A batch carrying it is the pending one itself (batches are
+    /// immutable), so `update` can skip comparing it item by item.
+    issued: AtomicU64,
 }
+
+/// Issue numbers of `schedule()` calls, unique across schedulers.
+static NEXT_ISSUE: AtomicU64 = AtomicU64::new(1);
 
 impl PyServingScheduler {
     /// The scheduler, locked. Python code never runs while the guard is held, so a thread
@@ -42,6 +50,7 @@ impl PyServingScheduler {
     pub(crate) fn wrap(inner: ServingScheduler) -> Self {
         Self {
             inner: Mutex::new(inner),
+            issued: AtomicU64::new(0),
         }
     }
 }
@@ -118,8 +127,12 @@ impl PyServingScheduler {
     /// Every batch, even an empty one, must be reported with ``update`` before the next
     /// ``schedule()``.
     fn schedule(&self) -> PyResult<PyBatch> {
-        let batch = self.lock()?.schedule().map_err(core_err)?.clone();
-        Ok(PyBatch::wrap(batch))
+        let mut guard = self.lock()?;
+        let batch = guard.schedule().map_err(core_err)?.clone();
+        let issue = NEXT_ISSUE.fetch_add(1, Ordering::Relaxed);
+        self.issued.store(issue, Ordering::Relaxed);
+        drop(guard);
+        Ok(PyBatch::issued(batch, issue))
     }
 
     /// Report the pending ``batch`` as run: its requests advance, each sampling item gets
@@ -140,19 +153,33 @@ impl PyServingScheduler {
         finished: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
         let py = batch.py();
-        let batch = match batch.cast::<PyBatch>() {
-            Ok(batch) => &batch.get().inner,
+        let (batch, issue) = match batch.cast::<PyBatch>() {
+            Ok(batch) => (&batch.get().inner, batch.get().issue),
             Err(_) => return Err(type_error("not_batch", "batch", batch)),
         };
         // The batch is checked first; the arguments are then converted without the lock
         // (this may run Python code), and the core checks the batch again under it.
-        check_pending(&*self.lock()?, batch).map_err(core_err)?;
+        let own = |scheduler: &ServingScheduler| {
+            issue != 0
+                && self.issued.load(Ordering::Relaxed) == issue
+                && scheduler.pending_batch().is_some()
+        };
+        {
+            let guard = self.lock()?;
+            if !own(&guard) {
+                check_pending(&guard, batch).map_err(core_err)?;
+            }
+        }
         let tokens = to_tokens(batch, token_ids)?;
         let finished = to_ids("finished", finished)?;
-        let done = (self.lock()?)
-            .update(batch, tokens.as_core(), &finished)
-            .map_err(core_err)?
-            .to_vec();
+        let mut guard = self.lock()?;
+        let done = if own(&guard) {
+            guard.update_step(batch.step_index(), tokens.as_core(), &finished)
+        } else {
+            guard.update(batch, tokens.as_core(), &finished)
+        };
+        let done = done.map_err(core_err)?.to_vec();
+        drop(guard);
         PyList::new(py, done)
     }
 

@@ -182,6 +182,9 @@ impl PyBatchItem {
 #[pyclass(name = "Batch", module = "chunked_prefill._core", frozen)]
 pub(crate) struct PyBatch {
     pub(crate) inner: Batch,
+    /// The `schedule()` call that made it (see `PyServingScheduler::issued`); 0 for a batch
+    /// built or unpickled in Python.
+    pub(crate) issue: u64,
     items: PyOnceLock<Py<PyTuple>>,
     request_ids: PyOnceLock<Py<PyTuple>>,
     starts: PyOnceLock<Py<PyTuple>>,
@@ -191,8 +194,14 @@ pub(crate) struct PyBatch {
 
 impl PyBatch {
     pub(crate) fn wrap(inner: Batch) -> Self {
+        Self::issued(inner, 0)
+    }
+
+    /// The batch `schedule()` call number `issue` returned.
+    pub(crate) fn issued(inner: Batch, issue: u64) -> Self {
         Self {
             inner,
+            issue,
             items: PyOnceLock::new(),
             request_ids: PyOnceLock::new(),
             starts: PyOnceLock::new(),

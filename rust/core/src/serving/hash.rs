@@ -2,31 +2,64 @@
 //!
 //! Both backends compute the same bytes (Python: `hashlib.blake2b(data, digest_size=16)`), on
 //! every run and machine, so cache hits and exported states agree everywhere.
-
-use blake2::digest::consts::U16;
-use blake2::{Blake2b, Digest};
+//!
+//! BLAKE2b with a digest length of 16 (the parameter, not a truncation) is
+//! `blake2b_simd`'s: it picks AVX2 or SSE4.1 at run time, about 1.5 times as fast as a
+//! portable one on one block, and hashing is most of a serving step's work.
 
 /// The content hash of a full block, chained on every block before it.
 pub type BlockHash = [u8; 16];
 
-type Blake2b128 = Blake2b<U16>;
-
 /// The hash the chain starts from: `blake2b-128(cache_salt as 8 little-endian bytes)`.
 #[must_use]
 pub fn root_hash(cache_salt: u64) -> BlockHash {
-    Blake2b128::digest(cache_salt.to_le_bytes()).into()
+    hash_message(&cache_salt.to_le_bytes())
 }
 
 /// The hash of a block whose predecessor's hash is `parent` (the root for the first block):
 /// `blake2b-128(parent || the block's token ids as little-endian u32)`.
 #[must_use]
 pub fn block_hash(parent: &BlockHash, tokens: impl IntoIterator<Item = u32>) -> BlockHash {
-    let mut hasher = Blake2b128::new();
-    hasher.update(parent);
+    let mut message = Vec::new();
+    block_message(parent, tokens, &mut message);
+    hash_message(&message)
+}
+
+/// `parent || tokens as little-endian u32` into `message` (emptied first): the bytes
+/// [`block_hash`] hashes, built in a buffer the caller keeps, so that the hash is one call
+/// over contiguous bytes.
+pub(crate) fn block_message(
+    parent: &BlockHash,
+    tokens: impl IntoIterator<Item = u32>,
+    message: &mut Vec<u8>,
+) {
+    let tokens = tokens.into_iter();
+    message.clear();
+    message.reserve(parent.len() + 4 * tokens.size_hint().0);
+    message.extend_from_slice(parent);
     for token in tokens {
-        hasher.update(token.to_le_bytes());
+        message.extend_from_slice(&token.to_le_bytes());
     }
-    hasher.finalize().into()
+}
+
+/// [`block_message`] for a block whose ids are one slice (all in the prompt): written in
+/// place, without a capacity check per token.
+pub(crate) fn block_message_of(parent: &BlockHash, ids: &[u32], message: &mut Vec<u8>) {
+    message.clear();
+    message.extend_from_slice(parent);
+    message.resize(parent.len() + 4 * ids.len(), 0);
+    let tokens = message[parent.len()..].chunks_exact_mut(4);
+    for (bytes, id) in tokens.zip(ids) {
+        bytes.copy_from_slice(&id.to_le_bytes());
+    }
+}
+
+/// `blake2b-128(message)`.
+pub(crate) fn hash_message(message: &[u8]) -> BlockHash {
+    let digest = blake2b_simd::Params::new().hash_length(16).hash(message);
+    let mut hash = [0; 16];
+    hash.copy_from_slice(digest.as_bytes());
+    hash
 }
 
 #[cfg(test)]
@@ -35,6 +68,17 @@ mod tests {
 
     fn hex(hash: &BlockHash) -> String {
         hash.iter().map(|byte| format!("{byte:02x}")).collect()
+    }
+
+    #[test]
+    fn slice_message_is_the_iterator_message() {
+        let parent = root_hash(3);
+        let ids = [0, 1, 0x0102_0304, u32::MAX, 77];
+        let (mut by_iter, mut by_slice) = (vec![9; 3], vec![9; 40]);
+        block_message(&parent, ids, &mut by_iter);
+        block_message_of(&parent, &ids, &mut by_slice);
+        assert_eq!(by_iter, by_slice);
+        assert_eq!(hash_message(&by_slice), block_hash(&parent, ids));
     }
 
     /// Vectors from `hashlib.blake2b(data, digest_size=16).hexdigest()` in CPython.

@@ -1,6 +1,6 @@
 //! The request record and its public view.
 
-use super::hash::{block_hash, root_hash, BlockHash};
+use super::hash::{block_message, block_message_of, hash_message, root_hash, BlockHash};
 
 /// A request's prompt as `add_request` takes it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -157,8 +157,13 @@ impl Request {
     }
 
     /// Extend the hash chain to `blocks` blocks where their tokens are all known; returns how
-    /// many hashes are available, at most `blocks`.
-    pub(crate) fn chain(&mut self, blocks: usize, block_size: usize) -> usize {
+    /// many hashes are available, at most `blocks`. `message` is scratch for the hashed bytes.
+    pub(crate) fn chain(
+        &mut self,
+        blocks: usize,
+        block_size: usize,
+        message: &mut Vec<u8>,
+    ) -> usize {
         let limit = blocks.min(self.known_prefix() / block_size);
         while self.hashes.len() < limit {
             let i = self.hashes.len();
@@ -166,22 +171,45 @@ impl Request {
                 Some(hash) => *hash,
                 None => root_hash(self.cache_salt),
             };
-            let hash = block_hash(&parent, self.known_tokens(i * block_size, block_size));
-            self.hashes.push(hash);
+            let start = i * block_size;
+            match self.prompt_ids().get(start..start + block_size) {
+                Some(ids) => block_message_of(&parent, ids, message),
+                None => block_message(&parent, self.known_tokens(start, block_size), message),
+            }
+            self.hashes.push(hash_message(message));
         }
         self.hashes.len().min(blocks)
+    }
+
+    /// The chain hash of block `block` if its tokens (and all before) are known, computed
+    /// only as far as needed (see [`chain`](Self::chain)).
+    pub(crate) fn hash_at(
+        &mut self,
+        block: usize,
+        block_size: usize,
+        message: &mut Vec<u8>,
+    ) -> Option<BlockHash> {
+        if block >= self.hashes.len() {
+            self.chain(block + 1, block_size, message);
+        }
+        self.hashes.get(block).copied()
     }
 
     pub(crate) fn hash(&self, block: usize) -> BlockHash {
         self.hashes[block]
     }
 
-    /// `len` known tokens from position `start`.
-    fn known_tokens(&self, start: usize, len: usize) -> impl Iterator<Item = u32> + '_ {
-        let prompt: &[u32] = match &self.prompt {
+    /// The prompt's ids (none for a length-only prompt).
+    fn prompt_ids(&self) -> &[u32] {
+        match &self.prompt {
             PromptIds::Known(ids) => ids,
             PromptIds::Unknown(_) => &[],
-        };
+        }
+    }
+
+    /// `len` known tokens from position `start`.
+    fn known_tokens(&self, start: usize, len: usize) -> impl Iterator<Item = u32> + '_ {
+        let prompt = self.prompt_ids();
         let from_prompt = prompt.get(start..).unwrap_or(&[]);
         let from_generated = (self.generated)
             .get(start.saturating_sub(prompt.len())..)

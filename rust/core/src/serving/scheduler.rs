@@ -50,6 +50,9 @@ pub struct ServingScheduler {
     /// Waiting requests; an entry is live while its id is tracked, waiting, with that seq.
     waiting: BinaryHeap<Reverse<Rank>>,
     num_waiting: usize,
+    /// R: the blocks running requests still need to reach their `num_tokens`, kept up to
+    /// date as they grow, get blocks, stop running or join.
+    deficit: usize,
     next_seq: u64,
     /// The index the next batch gets.
     step_index: u128,
@@ -64,6 +67,8 @@ pub struct ServingScheduler {
     spare: Vec<Vec<usize>>,
     /// Scratch of `schedule` (cache hits) and `update` (ids, tokens, finished).
     hits: Vec<usize>,
+    /// The bytes of the block being hashed.
+    message: Vec<u8>,
     sampling: HashSet<u64, DefaultHashBuilder>,
     given: HashMap<u64, u32, DefaultHashBuilder>,
     finished_set: HashSet<u64, DefaultHashBuilder>,
@@ -72,7 +77,19 @@ pub struct ServingScheduler {
 
 /// `ceil(tokens / block_size)`, saturating where a count cannot be a block count.
 fn blocks_for(tokens: u128, block_size: usize) -> usize {
-    usize::try_from(tokens.div_ceil(block_size as u128)).unwrap_or(usize::MAX)
+    match usize::try_from(tokens) {
+        // Counts that fit a machine word take its division, not a 128-bit one.
+        Ok(tokens) => tokens.div_ceil(block_size),
+        Err(_) => usize::try_from(tokens.div_ceil(block_size as u128)).unwrap_or(usize::MAX),
+    }
+}
+
+/// `floor(tokens / block_size)`, saturating as [`blocks_for`].
+fn full_blocks(tokens: u128, block_size: usize) -> usize {
+    match usize::try_from(tokens) {
+        Ok(tokens) => tokens / block_size,
+        Err(_) => usize::try_from(tokens / block_size as u128).unwrap_or(usize::MAX),
+    }
 }
 
 /// The tokens `blocks` full blocks hold (in u128: a count of huge blocks can pass `usize`).
@@ -81,21 +98,27 @@ fn tokens_in(blocks: usize, block_size: usize) -> u128 {
 }
 
 /// The longest chain of cached full blocks of `request`, leaving at least one token to
-/// compute, into `hits`.
+/// compute, into `hits`. Hashes are computed only up to the first miss (`message` is scratch).
 fn cached_prefix(
     pool: &BlockPool,
     request: &mut Request,
     block_size: usize,
     hits: &mut Vec<usize>,
+    message: &mut Vec<u8>,
 ) {
-    let most =
-        usize::try_from((request.num_tokens() - 1) / block_size as u128).unwrap_or(usize::MAX);
-    for block in 0..request.chain(most, block_size) {
-        match pool.lookup(&request.hash(block)) {
+    let most = full_blocks(request.num_tokens() - 1, block_size);
+    for block in 0..most {
+        let hit = request.hash_at(block, block_size, message);
+        match hit.and_then(|hash| pool.lookup(&hash)) {
             Some(hit) => hits.push(hit),
             None => break,
         }
     }
+}
+
+/// The blocks a running `request` still needs to reach its `num_tokens`.
+fn shortfall(request: &Request, block_size: usize) -> usize {
+    blocks_for(request.num_tokens(), block_size).saturating_sub(request.table.len())
 }
 
 /// `min(left, chunk_size, budget left)`.
@@ -120,6 +143,7 @@ impl ServingScheduler {
             running: Vec::new(),
             waiting: BinaryHeap::new(),
             num_waiting: 0,
+            deficit: 0,
             next_seq: 0,
             step_index: 0,
             batch: Batch::default(),
@@ -129,6 +153,7 @@ impl ServingScheduler {
             num_cached_tokens: 0,
             spare: Vec::new(),
             hits: Vec::new(),
+            message: Vec::new(),
             sampling: HashSet::default(),
             given: HashMap::default(),
             finished_set: HashSet::default(),
@@ -276,6 +301,8 @@ impl ServingScheduler {
                 if let Ok(at) = self.running.binary_search(&request.rank()) {
                     self.running.remove(at);
                 }
+                let short = shortfall(&request, self.config.block_size);
+                self.deficit = self.deficit.saturating_sub(short);
             }
             RequestState::Waiting => self.num_waiting -= 1,
         }
@@ -417,8 +444,6 @@ impl ServingScheduler {
     /// does not fit stops admission; admission never preempts.
     fn admit(&mut self, room: &mut Room) {
         let block_size = self.config.block_size;
-        // Blocks running requests still need to reach their `num_tokens`.
-        let mut still_needed: Option<u128> = None;
         while room.budget > 0
             && room.prefills < self.config.max_prefills_per_step
             && self.running.len() < self.config.max_running
@@ -433,13 +458,7 @@ impl ServingScheduler {
                 self.waiting.pop(); // stale: aborted or finished while waiting
                 continue;
             }
-            let running_need = *still_needed.get_or_insert_with(|| {
-                let need = |&(_, _, id): &Rank| {
-                    let r = &self.requests[&id];
-                    (blocks_for(r.num_tokens(), block_size) - r.table.len()) as u128
-                };
-                self.running.iter().map(need).sum()
-            });
+            let running_need = self.deficit as u128;
             let mut hits = std::mem::take(&mut self.hits);
             hits.clear();
             let Some(request) = self.requests.get_mut(&id) else {
@@ -447,7 +466,13 @@ impl ServingScheduler {
                 break;
             };
             if self.config.prefix_caching {
-                cached_prefix(&self.pool, request, block_size, &mut hits);
+                cached_prefix(
+                    &self.pool,
+                    request,
+                    block_size,
+                    &mut hits,
+                    &mut self.message,
+                );
             }
             let free_hits = hits.iter().filter(|&&b| self.pool.ref_count(b) == 0);
             let free = (self.pool.num_free() - free_hits.count()) as u128;
@@ -469,6 +494,7 @@ impl ServingScheduler {
             request.num_cached_tokens += cached;
             self.num_cached_tokens += cached;
             request.state = RequestState::Running;
+            self.deficit += all_blocks - hits.len();
             let at = self.running.partition_point(|other| *other < rank);
             self.running.insert(at, rank);
 
@@ -478,8 +504,6 @@ impl ServingScheduler {
             self.plan_item(id, tokens, true, needed, &hits);
             room.budget -= tokens;
             room.prefills += 1;
-            let held = hits.len() + needed;
-            still_needed = Some(running_need + (all_blocks - held) as u128);
             self.hits = hits;
         }
     }
@@ -508,6 +532,8 @@ impl ServingScheduler {
         let Some(mut request) = self.requests.remove(&rank.2) else {
             return;
         };
+        let short = shortfall(&request, self.config.block_size);
+        self.deficit = self.deficit.saturating_sub(short);
         self.free_blocks(&mut request);
         request.num_computed = 0;
         request.num_preemptions += 1;
@@ -547,6 +573,7 @@ impl ServingScheduler {
             if let Some(block) = self.pool.allocate() {
                 request.table.push(block);
                 new_blocks.push(block);
+                self.deficit = self.deficit.saturating_sub(1);
             }
         }
         let start = request.num_computed;
@@ -725,7 +752,10 @@ impl ServingScheduler {
                 request.num_computed += item.tokens as u128;
                 request.item = None;
                 if item.samples {
+                    let before = shortfall(request, self.config.block_size);
                     request.push_token(token);
+                    self.deficit +=
+                        shortfall(request, self.config.block_size).saturating_sub(before);
                 }
             }
         }
@@ -739,12 +769,10 @@ impl ServingScheduler {
             let Some(request) = self.requests.get_mut(&item.request_id) else {
                 continue;
             };
-            let first = item.start / block_size as u128;
-            let end = (item.start + item.tokens as u128) / block_size as u128;
-            let (Ok(first), Ok(end)) = (usize::try_from(first), usize::try_from(end)) else {
-                continue;
-            };
-            let hashed = request.chain(end, block_size);
+            let first = full_blocks(item.start, block_size);
+            let end = full_blocks(item.start + item.tokens as u128, block_size);
+            let end = end.min(request.table.len());
+            let hashed = request.chain(end, block_size, &mut self.message);
             for block in first..hashed {
                 self.pool
                     .register(request.table[block], request.hash(block));
@@ -783,7 +811,10 @@ impl ServingScheduler {
         for request in requests {
             let rank = request.rank();
             match request.state {
-                RequestState::Running => self.running.push(rank),
+                RequestState::Running => {
+                    self.running.push(rank);
+                    self.deficit += shortfall(&request, self.config.block_size);
+                }
                 RequestState::Waiting => {
                     self.waiting.push(Reverse(rank));
                     self.num_waiting += 1;
@@ -861,6 +892,16 @@ impl ServingScheduler {
         }
         if !self.running.windows(2).all(|pair| pair[0] < pair[1]) {
             return Err("running list not sorted by rank".into());
+        }
+        let deficit: usize = (self.requests.values())
+            .filter(|request| request.state == RequestState::Running)
+            .map(|request| shortfall(request, block_size))
+            .sum();
+        if deficit != self.deficit {
+            return Err(format!(
+                "deficit {} but running requests need {deficit}",
+                self.deficit
+            ));
         }
         if self.requests.len() - running != self.num_waiting {
             return Err("num_waiting disagrees".into());
