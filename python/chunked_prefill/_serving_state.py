@@ -132,13 +132,7 @@ def _parse_hash(p: str, entry: object) -> tuple[int, bytes]:
 def parse(state: object, config_class: Any) -> ParsedServingState:
     """Check ``state`` (the form of ``to_state()``) and return its values; ``config_class``
     builds the config (``ServingConfig``)."""
-    if isinstance(state, dict):
-        if "version" in state:
-            version = state["version"]
-            if type(version) is not int or version != 1:
-                raise ValueError(message("state_version", value_repr=repr(version)))
-        if "kind" in state and state["kind"] != "serving":
-            raise ValueError(message("state_kind", value_repr=repr(state["kind"])))
+    _check_version(state)
     top = _dict("state", state, _TOP_KEYS)
     cp = "state['config']"
     cfg = _dict(cp, top["config"], _CONFIG_KEYS)
@@ -166,84 +160,37 @@ def parse(state: object, config_class: Any) -> ParsedServingState:
         config = config_class(**config_fields)
     except ValueError as err:
         raise ValueError(message("state_rule", path=cp, message=err)) from None
-    num_blocks, bs = config.num_blocks, config.block_size
-    wm_blocks = config._watermark_blocks
-    ref = [0] * num_blocks
+    ref = [0] * config.num_blocks
+    requests = _check_requests(raw, config, ref)
+    _check_free_queue(free_queue, ref)
+    hashes = _check_hashes(hash_list, len(ref))
+    return ParsedServingState(config, counters, requests, ref, free_queue, hashes)
+
+
+def _check_version(state: object) -> None:
+    """The version and kind, checked before the keys so a future format says so first."""
+    if isinstance(state, dict):
+        if "version" in state:
+            version = state["version"]
+            if type(version) is not int or version != 1:
+                raise ValueError(message("state_version", value_repr=repr(version)))
+        if "kind" in state and state["kind"] != "serving":
+            raise ValueError(message("state_kind", value_repr=repr(state["kind"])))
+
+
+def _check_requests(raw: list[Any], config: Any, ref: list[int]) -> list[ParsedRequest]:
+    """Apply the scheduler's rules to every request, counting each block's holders in
+    ``ref``; then the running count against ``max_running``."""
     requests: list[ParsedRequest] = []
     seen: set[int] = set()
-    running = 0
     for i, (f, tokens, table) in enumerate(raw):
         p = f"state['requests'][{i}]"
         rid = f["request_id"]
         if rid in seen:
             raise _rule(f"{p}['request_id']", "serving_duplicate", request_id=rid)
         seen.add(rid)
-        num_tokens, plen, max_new = len(tokens), f["prompt_len"], f["max_new_tokens"]
-        if not 1 <= plen <= num_tokens:
-            raise _rule(f"{p}['prompt_len']", "state_prompt_len", num_tokens=num_tokens, value=plen)
-        if max_new == 0:
-            raise _rule(f"{p}['max_new_tokens']", "max_new_tokens_zero")
-        if num_tokens - plen >= max_new:
-            raise _rule(
-                p, "state_finished", num_generated=num_tokens - plen, max_new_tokens=max_new
-            )
-        if f["state"] not in ("running", "waiting") or type(f["state"]) is not str:
-            raise _rule(f"{p}['state']", "state_request_state", value_repr=repr(f["state"]))
-        is_running = f["state"] == "running"
-        nc = f["num_computed"]
-        if (nc >= num_tokens) if is_running else (nc != 0):
-            raise _rule(
-                f"{p}['num_computed']", "state_num_computed", num_tokens=num_tokens, value=nc
-            )
-        expected = -(-nc // bs)
-        if len(table) != expected:
-            raise _rule(
-                f"{p}['block_table']",
-                "state_table_size",
-                num_computed=nc,
-                block_size=bs,
-                expected=expected,
-                got=len(table),
-            )
-        in_table: set[int] = set()
-        for j, b in enumerate(table):
-            bp = f"{p}['block_table'][{j}]"
-            if b >= num_blocks:
-                raise _rule(bp, "state_block_range", block=b, num_blocks=num_blocks)
-            if b in in_table:
-                raise _rule(bp, "state_block_twice", block=b, where="one block table")
-            in_table.add(b)
-            ref[b] += 1
-        needed = -(-(plen + max_new - 1) // bs)
-        if needed > num_blocks - wm_blocks:
-            raise _rule(
-                p,
-                "request_never_fits",
-                request_id=rid,
-                prompt_tokens=plen,
-                max_new_tokens=max_new,
-                needed=needed,
-                block_size=bs,
-                usable=num_blocks - wm_blocks,
-                num_blocks=num_blocks,
-                watermark_blocks=wm_blocks,
-            )
-        running += is_running
-        requests.append(
-            ParsedRequest(
-                rid,
-                f["priority"],
-                f["cache_salt"],
-                max_new,
-                plen,
-                tokens,
-                nc,
-                is_running,
-                table,
-                f["num_preemptions"],
-                f["num_cached_tokens"],
-            )
-        )
+        requests.append(_check_request(p, f, tokens, table, config, ref))
+    running = sum(1 for r in requests if r.running)
     if running > config.max_running:
         raise _rule(
             "state['requests']",
@@ -251,6 +198,83 @@ def parse(state: object, config_class: Any) -> ParsedServingState:
             count=running,
             max_running=config.max_running,
         )
+    return requests
+
+
+def _check_request(
+    p: str, f: dict[str, Any], tokens: Any, table: list[int], config: Any, ref: list[int]
+) -> ParsedRequest:
+    """One request's rules, in the order of the contract's decisions."""
+    num_blocks, bs, wm_blocks = config.num_blocks, config.block_size, config._watermark_blocks
+    num_tokens, plen, max_new = len(tokens), f["prompt_len"], f["max_new_tokens"]
+    if not 1 <= plen <= num_tokens:
+        raise _rule(f"{p}['prompt_len']", "state_prompt_len", num_tokens=num_tokens, value=plen)
+    if max_new == 0:
+        raise _rule(f"{p}['max_new_tokens']", "max_new_tokens_zero")
+    if num_tokens - plen >= max_new:
+        raise _rule(p, "state_finished", num_generated=num_tokens - plen, max_new_tokens=max_new)
+    if f["state"] not in ("running", "waiting") or type(f["state"]) is not str:
+        raise _rule(f"{p}['state']", "state_request_state", value_repr=repr(f["state"]))
+    is_running = f["state"] == "running"
+    nc = f["num_computed"]
+    if (nc >= num_tokens) if is_running else (nc != 0):
+        raise _rule(f"{p}['num_computed']", "state_num_computed", num_tokens=num_tokens, value=nc)
+    expected = -(-nc // bs)
+    if len(table) != expected:
+        raise _rule(
+            f"{p}['block_table']",
+            "state_table_size",
+            num_computed=nc,
+            block_size=bs,
+            expected=expected,
+            got=len(table),
+        )
+    _hold_blocks(f"{p}['block_table']", table, ref)
+    needed = -(-(plen + max_new - 1) // bs)
+    if needed > num_blocks - wm_blocks:
+        raise _rule(
+            p,
+            "request_never_fits",
+            request_id=f["request_id"],
+            prompt_tokens=plen,
+            max_new_tokens=max_new,
+            needed=needed,
+            block_size=bs,
+            usable=num_blocks - wm_blocks,
+            num_blocks=num_blocks,
+            watermark_blocks=wm_blocks,
+        )
+    return ParsedRequest(
+        f["request_id"],
+        f["priority"],
+        f["cache_salt"],
+        max_new,
+        plen,
+        tokens,
+        nc,
+        is_running,
+        table,
+        f["num_preemptions"],
+        f["num_cached_tokens"],
+    )
+
+
+def _hold_blocks(path: str, table: list[int], ref: list[int]) -> None:
+    """Count one request's blocks as held; each below ``num_blocks`` and once per table."""
+    in_table: set[int] = set()
+    for j, b in enumerate(table):
+        bp = f"{path}[{j}]"
+        if b >= len(ref):
+            raise _rule(bp, "state_block_range", block=b, num_blocks=len(ref))
+        if b in in_table:
+            raise _rule(bp, "state_block_twice", block=b, where="one block table")
+        in_table.add(b)
+        ref[b] += 1
+
+
+def _check_free_queue(free_queue: list[int], ref: list[int]) -> None:
+    """Every block is free or held, never both, and none is lost."""
+    num_blocks = len(ref)
     in_queue = [False] * num_blocks
     for j, b in enumerate(free_queue):
         bp = f"state['free_queue'][{j}]"
@@ -264,6 +288,10 @@ def parse(state: object, config_class: Any) -> ParsedServingState:
     if len(free_queue) + sum(1 for c in ref if c) != num_blocks:
         lost = next(b for b in range(num_blocks) if not in_queue[b] and not ref[b])
         raise _rule("state['free_queue']", "state_block_lost", block=lost)
+
+
+def _check_hashes(hash_list: list[tuple[int, bytes]], num_blocks: int) -> dict[int, bytes]:
+    """Registered hashes: by increasing block id, one block per hash."""
     hashes: dict[int, bytes] = {}
     owner: dict[bytes, int] = {}
     previous = -1
@@ -278,4 +306,4 @@ def parse(state: object, config_class: Any) -> ParsedServingState:
             raise _rule(f"{bp}[1]", "state_hash_twice", hash=h.hex(), first=owner[h], second=b)
         owner[h] = b
         hashes[b] = h
-    return ParsedServingState(config, counters, requests, ref, free_queue, hashes)
+    return hashes
