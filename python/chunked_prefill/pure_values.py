@@ -27,7 +27,31 @@ _CONFIG_FIELDS = (
 )
 
 
-class ServingConfig:
+class _Value:
+    """Equality and hashing by ``_key()``, a tuple of the fields, between instances of one
+    class (any other class, the Rust twin's included, is ``NotImplemented``). The identity
+    test first makes ``update(batch)`` with the batch just scheduled cheap."""
+
+    __slots__ = ()
+
+    def _key(self) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self is other or self._key() == other._key()
+
+    def __ne__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return not (self is other or self._key() == other._key())
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+class ServingConfig(_Value):
     """How the serving scheduler fills each step and sizes its KV block pool.
 
     ``num_blocks``: KV blocks in the pool. ``block_size``: tokens per block.
@@ -167,19 +191,6 @@ class ServingConfig:
     def __reduce__(self) -> Any:
         return (_config_from_dict, (self.to_dict(),))
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, ServingConfig):
-            return NotImplemented
-        return self._key() == other._key()
-
-    def __ne__(self, other: object) -> bool:
-        if not isinstance(other, ServingConfig):
-            return NotImplemented
-        return self._key() != other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
     def __repr__(self) -> str:
         return "ServingConfig(" + ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items()) + ")"
 
@@ -188,7 +199,7 @@ def _config_from_dict(fields: dict[str, Any]) -> ServingConfig:
     return ServingConfig(**fields)
 
 
-class BatchItem:
+class BatchItem(_Value):
     """One request's share of a step: compute positions ``[start, start + tokens)``.
 
     ``samples``: the step computes up to the request's last token, so the engine samples
@@ -284,19 +295,6 @@ class BatchItem:
     def __reduce__(self) -> Any:
         return (_item_from_key, self._key())
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, BatchItem):
-            return NotImplemented
-        return self._key() == other._key()
-
-    def __ne__(self, other: object) -> bool:
-        if not isinstance(other, BatchItem):
-            return NotImplemented
-        return self._key() != other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
     def __repr__(self) -> str:
         return (
             f"BatchItem(request_id={self._request_id}, start={self._start},"
@@ -329,7 +327,7 @@ def _item_from_key(*key: Any) -> BatchItem:
     return _new_item(*key)
 
 
-class Batch:
+class Batch(_Value):
     """One step's plan: the engine computes every item, then reports with
     :meth:`ServingScheduler.update`.
 
@@ -438,19 +436,6 @@ class Batch:
     def __reduce__(self) -> Any:
         return (_batch_from_key, self._key())
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Batch):
-            return NotImplemented
-        return self is other or self._key() == other._key()
-
-    def __ne__(self, other: object) -> bool:
-        if not isinstance(other, Batch):
-            return NotImplemented
-        return not (self is other or self._key() == other._key())
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
     def __repr__(self) -> str:
         return (
             f"Batch(step_index={self._step_index}, items={self._items!r},"
@@ -479,7 +464,7 @@ def _batch_from_key(
     return _new_batch(index, items, preempted, free)
 
 
-class RequestView:
+class RequestView(_Value):
     """A read-only snapshot of one tracked request (:meth:`ServingScheduler.request`).
 
     ``num_tokens`` is the prompt plus the tokens generated so far, ``num_computed`` the
@@ -568,19 +553,6 @@ class RequestView:
             self._num_preemptions,
             self._num_cached_tokens,
         )
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, RequestView):
-            return NotImplemented
-        return self._key() == other._key()
-
-    def __ne__(self, other: object) -> bool:
-        if not isinstance(other, RequestView):
-            return NotImplemented
-        return self._key() != other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
 
     def __repr__(self) -> str:
         return (
