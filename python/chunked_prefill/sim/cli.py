@@ -33,6 +33,7 @@ from .engine import (
     MAX_COEFFICIENT_S,
     MEMORY_PRESETS,
     EngineModel,
+    KVMemory,
     ProfileError,
     load_profile,
 )
@@ -129,6 +130,16 @@ _on_off.__name__ = "'on' or 'off'"
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
+    add_workload_flags(p)
+    add_scheduler_flags(p)
+    add_engine_flags(p)
+    add_slo_flags(p)
+    _add_output_flags(p)
+
+
+def add_workload_flags(p: argparse.ArgumentParser, *, rate_help: str | None = None) -> None:
+    """The workload flags (``--trace``, ``--requests``, ``--rate``, ...), shared with
+    ``chunked-prefill search`` (which reads ``--rate`` as its first probed rate)."""
     w = p.add_argument_group("workload")
     w.add_argument(
         "--trace",
@@ -153,8 +164,10 @@ def _configure(p: argparse.ArgumentParser) -> None:
         "--rate",
         type=float_flag(MIN_RATE, math.inf, what="requests/s"),
         metavar="R",
-        help=f"synthetic Poisson arrival rate, requests/s, at least {MIN_RATE:g}, or 'inf' for"
-        f" all at t=0 (default: {DEFAULT_RATE:g})",
+        help=rate_help
+        or f"Poisson arrival rate, requests/s, at least {MIN_RATE:g}, or 'inf' for all at t=0;"
+        f" with --trace, rescale its arrivals to this mean rate (default: {DEFAULT_RATE:g},"
+        " a trace's own)",
     )
     w.add_argument(
         "--seed",
@@ -206,17 +219,25 @@ def _configure(p: argparse.ArgumentParser) -> None:
         help="multiply output lengths, rounded (default: %(default)s)",
     )
 
+
+def add_scheduler_flags(p: argparse.ArgumentParser, *, planner: bool = True) -> None:
+    """The scheduler option flags (comma lists) and ``--max-steps``; ``planner=False``
+    leaves out ``--scheduler`` and the planner's ``--max-decode-tokens`` (and sets them to
+    the serving scheduler's), for ``chunked-prefill search``."""
     s = p.add_argument_group(
         "scheduler (comma lists; the cross product is run; counts are 1 to 2**64 - 1)"
     )
-    s.add_argument(
-        "--scheduler",
-        choices=("serving", "planner"),
-        default="serving",
-        help="serving: the serving scheduler with its KV-block pool, prefix caching and"
-        " preemption (memory-true); planner: the original planner, no memory limit, as the"
-        " simulator before it (default: %(default)s)",
-    )
+    if not planner:
+        p.set_defaults(scheduler="serving", max_decode_tokens=None)
+    if planner:
+        s.add_argument(
+            "--scheduler",
+            choices=("serving", "planner"),
+            default="serving",
+            help="serving: the serving scheduler with its KV-block pool, prefix caching and"
+            " preemption (memory-true); planner: the original planner, no memory limit, as the"
+            " simulator before it (default: %(default)s)",
+        )
     s.add_argument(
         "--chunk-size",
         type=list_of(_COUNT_OR_NONE),
@@ -240,13 +261,14 @@ def _configure(p: argparse.ArgumentParser) -> None:
         help="requests that may get a chunk in one step; the planner's needs a token budget"
         " (default: 4 for serving, 1 for planner)",
     )
-    s.add_argument(
-        "--max-decode-tokens",
-        type=list_of(_COUNT),
-        metavar="LIST",
-        help="planner only: most decode tokens per step (default: 128); the serving"
-        " scheduler decodes every running request each step",
-    )
+    if planner:
+        s.add_argument(
+            "--max-decode-tokens",
+            type=list_of(_COUNT),
+            metavar="LIST",
+            help="planner only: most decode tokens per step (default: 128); the serving"
+            " scheduler decodes every running request each step",
+        )
     s.add_argument(
         "--max-running",
         type=list_of(_COUNT),
@@ -289,16 +311,43 @@ def _configure(p: argparse.ArgumentParser) -> None:
         " cannot hang the run; about 100 000 steps take a second (default: %(default)s)",
     )
 
+
+def _preset(text: str) -> str:
+    name = text.strip()
+    if name not in ENGINE_PRESETS:
+        raise argparse.ArgumentTypeError(
+            f"expected one of {', '.join(sorted(ENGINE_PRESETS))}, got {show(text)}"
+        )
+    return name
+
+
+_preset.__name__ = "an engine preset"
+
+
+def add_engine_flags(p: argparse.ArgumentParser, *, engine_list: bool = False) -> None:
+    """The engine model flags (``--engine``, ``--profile``, coefficient overrides,
+    ``--gpu-memory-utilization``); ``engine_list=True`` makes ``--engine`` a comma list
+    of presets (``chunked-prefill search``)."""
     e = p.add_argument_group(
         f"engine model (coefficients in seconds, 0 to {MAX_COEFFICIENT_S:g}; each overrides"
         " the preset and --profile)"
     )
-    e.add_argument(
-        "--engine",
-        choices=sorted(ENGINE_PRESETS),
-        default="llama2-7b-a100",
-        help="coefficient preset (default: %(default)s)",
-    )
+    if engine_list:
+        e.add_argument(
+            "--engine",
+            type=list_of(_preset),
+            default=["llama2-7b-a100"],
+            metavar="LIST",
+            help="coefficient and memory presets, a comma list of"
+            f" {', '.join(sorted(ENGINE_PRESETS))} (default: llama2-7b-a100)",
+        )
+    else:
+        e.add_argument(
+            "--engine",
+            choices=sorted(ENGINE_PRESETS),
+            default="llama2-7b-a100",
+            help="coefficient preset (default: %(default)s)",
+        )
     e.add_argument(
         "--profile",
         metavar="FILE",
@@ -350,6 +399,9 @@ def _configure(p: argparse.ArgumentParser) -> None:
         f" {DEFAULT_GPU_MEMORY_UTILIZATION:g})",
     )
 
+
+def add_slo_flags(p: argparse.ArgumentParser) -> None:
+    """The per-request SLO flags (``--slo-ttft``, ``--slo-tpot``, ``--slo-tbt``)."""
     g = p.add_argument_group(
         "SLOs (serving only; per request, as vLLM's benchmark goodput: a request meets the"
         " SLOs when it meets every one given)"
@@ -373,6 +425,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
         help="every gap between two of its tokens, seconds (stricter than --slo-tpot)",
     )
 
+
+def _add_output_flags(p: argparse.ArgumentParser) -> None:
     o = p.add_argument_group("output")
     o.add_argument(
         "--json",
@@ -438,10 +492,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _workload(args: argparse.Namespace) -> Workload:
+def workload_from_args(args: argparse.Namespace, *, rate: bool = True) -> Workload:
+    """The workload the workload flags describe; ``rate=False`` leaves a trace's arrivals
+    as they are (``chunked-prefill search`` rescales them itself)."""
     if args.trace is not None:
         for flag, value in (
-            ("--rate", args.rate),
             ("--seed", args.seed),
             ("--prefix-groups", args.prefix_groups),
             ("--turns", args.turns),
@@ -461,6 +516,11 @@ def _workload(args: argparse.Namespace) -> Workload:
             )
         if args.requests is not None:
             wl = wl.head(args.requests)
+        if rate and args.rate is not None:
+            try:
+                wl = wl.at_rate(args.rate)
+            except ValueError as err:
+                raise UsageError(f"argument --rate: {err}") from None
     else:
         if args.hash_block is not None:
             raise UsageError("argument --hash-block: applies to a --trace with hash_ids")
@@ -484,8 +544,10 @@ def _workload(args: argparse.Namespace) -> Workload:
         raise UsageError(f"argument --output-scale: {err}") from None
 
 
-def _engine(args: argparse.Namespace) -> EngineModel:
-    model = ENGINE_PRESETS[args.engine]
+def engine_from_args(args: argparse.Namespace, preset: str | None = None) -> EngineModel:
+    """The engine model of ``preset`` (default: ``--engine``) with ``--profile`` and the
+    coefficient overrides applied."""
+    model = ENGINE_PRESETS[preset if preset is not None else args.engine]
     if args.profile is not None:
         model = load_profile(args.profile, base=model)
     overrides = {
@@ -503,7 +565,7 @@ def _engine(args: argparse.Namespace) -> EngineModel:
     return model
 
 
-def _check_plot_path(path: str) -> None:
+def check_plot_path(path: str) -> None:
     """Refuse ``--plot PATH`` before simulating: matplotlib missing, no or an unknown
     suffix (matplotlib would pick the format, or add ``.png`` to the name), a folder that
     does not exist or cannot be written."""
@@ -588,7 +650,8 @@ def _configs(args: argparse.Namespace) -> list[SimConfig]:
     )
 
 
-def _serving_configs(args: argparse.Namespace) -> list[ServingSimConfig]:
+def serving_configs_from_args(args: argparse.Namespace) -> list[ServingSimConfig]:
+    """The serving configurations of the scheduler flags (their cross product)."""
     if args.max_decode_tokens is not None:
         raise UsageError(
             "argument --max-decode-tokens: applies to --scheduler planner; the serving"
@@ -638,7 +701,7 @@ def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     if args.plot is not None:
-        _check_plot_path(args.plot)
+        check_plot_path(args.plot)
     if args.scheduler == "serving":
         if args.steps_csv is not None:
             raise UsageError(
@@ -655,8 +718,8 @@ def _run(args: argparse.Namespace) -> int:
         )
     if args.steps_csv is not None:
         _write_steps(args.steps_csv, ())  # a path that cannot be written fails before the run
-    workload = _workload(args)
-    engine = _engine(args)
+    workload = workload_from_args(args)
+    engine = engine_from_args(args)
     try:
         check_configs(workload, configs, backend=module, max_steps=args.max_steps)
     except ConfigError as err:
@@ -693,21 +756,16 @@ def _serving_backend(name: str) -> str:
     return backend_name(resolve_backend("auto"))
 
 
-def _run_serving(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    if args.plot is not None:
-        _check_plot_path(args.plot)
-    backend = _serving_backend(args.backend)
-    workload = _workload(args)
-    engine = _engine(args)
-    configs = _serving_configs(args)
-    memory = MEMORY_PRESETS.get(args.engine) or memory_of(engine)
-    util = (
-        args.gpu_memory_utilization
-        if args.gpu_memory_utilization is not None
-        else DEFAULT_GPU_MEMORY_UTILIZATION
-    )
+def check_serving_configs(
+    args: argparse.Namespace,
+    workload: Workload,
+    configs: Sequence[ServingSimConfig],
+    engine: EngineModel,
+    memory: KVMemory,
+    util: float,
+) -> None:
+    """Refuse, before anything runs, a configuration the serving scheduler refuses, one
+    whose pool can never hold a request of ``workload``, or one past ``--max-steps``."""
     resolved = resolve_configs(workload, configs, engine, None, memory, util)
     from ..pure_serving import ServingConfig
 
@@ -737,6 +795,24 @@ def _run_serving(args: argparse.Namespace) -> int:
         steps, reason = min_serving_steps(workload, options)
         if steps > args.max_steps:
             raise StepLimitError(cfg, steps, args.max_steps, reason, estimated=True)
+
+
+def _run_serving(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    if args.plot is not None:
+        check_plot_path(args.plot)
+    backend = _serving_backend(args.backend)
+    workload = workload_from_args(args)
+    engine = engine_from_args(args)
+    configs = serving_configs_from_args(args)
+    memory = MEMORY_PRESETS.get(args.engine) or memory_of(engine)
+    util = (
+        args.gpu_memory_utilization
+        if args.gpu_memory_utilization is not None
+        else DEFAULT_GPU_MEMORY_UTILIZATION
+    )
+    check_serving_configs(args, workload, configs, engine, memory, util)
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(width=160)

@@ -13,7 +13,7 @@ import json
 import math
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
@@ -242,6 +242,37 @@ class Workload:
             source=f"{self.source} (prompt x{prompt_scale:g}, output x{output_scale:g})",
             **self._sharing(slice(None)),
         )
+
+    @property
+    def mean_rate(self) -> float:
+        """Requests per second over the arrival span, ``(n - 1) / (last - first)``
+        (``inf`` when every request arrives at once)."""
+        span = max(self.arrival_s) - min(self.arrival_s) if self.arrival_s else 0.0
+        return (len(self) - 1) / span if span > 0 else math.inf
+
+    def at_rate(self, rate: float) -> Workload:
+        """The same requests with their arrivals stretched or squeezed around the first one
+        so that :attr:`mean_rate` is ``rate`` (``inf``: all at the first arrival); the
+        order and the relative gaps stay. Raises ``ValueError`` when the arrivals span no
+        time (nothing to rescale) or a rescaled time would pass 2**53 seconds.
+        """
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
+            raise ValueError(f"rate must be a number of requests/s > 0 (or inf), got {rate!r}")
+        current = self.mean_rate
+        if math.isinf(current):
+            raise ValueError(
+                "the arrivals span no time (one request, or all at once), so their rate"
+                " cannot be rescaled"
+            )
+        first = min(self.arrival_s)
+        factor = current / rate
+        arrivals = tuple(first + (a - first) * factor for a in self.arrival_s)
+        if max(arrivals) > MAX_ARRIVAL_S:
+            raise ValueError(
+                f"rate {rate:g} stretches the arrivals past 2**53 seconds (the trace's mean"
+                f" rate is {current:g} requests/s)"
+            )
+        return replace(self, arrival_s=arrivals, source=f"{self.source} at {rate:g} req/s")
 
     def summary(self) -> dict[str, Any]:
         """Counts and means of the workload, as plain data."""

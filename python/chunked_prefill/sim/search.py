@@ -1,0 +1,277 @@
+"""Capacity search: for each configuration, the highest arrival rate that meets the SLOs.
+
+:func:`search` crosses serving configurations with engines, replica counts and routers,
+and for each point finds its *capacity*: the highest rate (requests/s) at which
+``slo_attainment >= attainment``, by bracketing then bisection to a relative
+``precision`` (:mod:`.rate_search` says how, and what the capacity is when attainment is
+not monotone in the rate). Each probe is one :func:`~.serving.simulate_serving` run of
+the workload at that rate; probes run in this process, on a process pool or as Ray tasks
+(:mod:`.search_runners`), with the same result on any of them::
+
+    from chunked_prefill.sim import ServingSimConfig, search
+
+    ranked = search(configs=[ServingSimConfig(chunk_size=256), ServingSimConfig()],
+                    slo_ttft_s=2.0, slo_tbt_s=0.1, workers=1)
+    best = ranked[0]
+    print(best["config"]["chunk_size"], best["capacity_rps"])
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from .engine import DEFAULT_GPU_MEMORY_UTILIZATION, EngineModel
+from .rate_search import RateSearch
+from .search_runners import PoolRunner, ProbeContext, RayRunner, Runner, SerialRunner
+from .search_space import (
+    ROUTERS,
+    EngineSpec,
+    RateWorkload,
+    SearchPoint,
+    SyntheticWorkload,
+    engine_spec,
+    grid,
+)
+from .serving import ServingSimConfig
+from .simulator import DEFAULT_STALL_THRESHOLD_S
+from .workload import DEFAULT_RATE, Workload
+
+__all__ = ["DEFAULT_ATTAINMENT", "DEFAULT_PRECISION", "RANK_BY", "search"]
+
+DEFAULT_ATTAINMENT = 0.99
+"""A rate meets the SLOs when at least this fraction of requests meets every one."""
+DEFAULT_PRECISION = 0.02
+"""The bisection stops when the failing rate is within 2 % above the meeting one."""
+RANK_BY = ("capacity", "per-gpu")
+"""Orders of the result: by capacity, or by capacity per GPU (the same order per dollar
+when every GPU costs the same)."""
+
+Progress = Callable[[int, int], None]
+"""``on_probe(done, total)``: probes finished, and that plus an estimate of those to go."""
+
+
+def search(
+    workload: Workload | RateWorkload | None = None,
+    configs: ServingSimConfig | Iterable[ServingSimConfig] | None = None,
+    *,
+    engines: Sequence[EngineSpec | EngineModel | str] = ("llama2-7b-a100",),
+    replicas: Sequence[int] = (1,),
+    routers: Sequence[str] = ("round-robin",),
+    slo_ttft_s: float | None = None,
+    slo_tpot_s: float | None = None,
+    slo_tbt_s: float | None = None,
+    attainment: float = DEFAULT_ATTAINMENT,
+    precision: float = DEFAULT_PRECISION,
+    start_rate: float | None = None,
+    rank_by: str = "capacity",
+    gpu_cost: float | None = None,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    backend: str = "rust",
+    stall_threshold_s: float = DEFAULT_STALL_THRESHOLD_S,
+    max_steps: int = 10_000_000,
+    workers: int | None = None,
+    ray: bool = False,
+    ray_address: str | None = None,
+    on_probe: Progress | None = None,
+    keep_runs: bool = False,
+) -> list[dict[str, Any]]:
+    """The capacity of every point of the grid, best first, as plain data.
+
+    ``workload`` is a :class:`SyntheticWorkload` (default: the synthetic workload of
+    1000 requests), drawn at each probed rate, or a :class:`Workload` (a trace) whose
+    arrivals are rescaled to it. The grid is ``configs`` x ``engines`` (preset names,
+    models or :class:`EngineSpec`) x ``replicas`` x ``routers``. At least one SLO must be
+    given. The first probe of each point is ``start_rate`` (default: the workload's own
+    mean rate, or 6 req/s for the synthetic workload).
+
+    Each item: ``config`` (``simulate --json``'s, plus ``replicas``, ``router`` and
+    ``engine``), ``gpus``, ``capacity_rps``, ``capacity_per_gpu_rps``,
+    ``requests_per_dollar`` (with ``gpu_cost``, dollars per GPU-hour), ``capped`` (every
+    probed rate met the SLO, up to 1024 x the start rate), ``probes`` (``rate_rps``,
+    ``meets_slo``, in the order run) and ``at_capacity`` (the ``simulate --json`` object of
+    the run at ``capacity_rps``; ``None`` when no rate met). With ``keep_runs`` each probe
+    also holds its run's ``simulate --json`` object as ``run`` (for latency-vs-rate
+    curves). Items are ordered by
+    ``rank_by`` (``"capacity"`` or ``"per-gpu"``), then grid order.
+
+    Probes run on ``workers`` processes (default: every core; 1: in this process), or as
+    Ray tasks with ``ray=True`` (on the cluster at ``ray_address``, else a new local
+    instance). The result is the same on any of them. Raises ``ValueError`` for a bad
+    argument, before anything runs.
+    """
+    source = _rate_workload(workload)
+    points = _points(configs, engines, replicas, routers)
+    slo = _slo(slo_ttft_s, slo_tpot_s, slo_tbt_s)
+    _check(attainment, precision, rank_by, gpu_cost, workers)
+    start = _start_rate(source, start_rate)
+    ctx = ProbeContext(
+        source,
+        tuple(points),
+        slo,
+        attainment,
+        gpu_memory_utilization,
+        backend,
+        stall_threshold_s,
+        max_steps,
+    )
+    searches = [RateSearch(start, precision) for _ in points]
+    found = _drive(_runner(ctx, workers, ray, ray_address), searches, on_probe)
+    items = [
+        _item(p, s, found[i], gpu_cost, keep_runs) for i, (p, s) in enumerate(zip(points, searches))
+    ]
+    key = "capacity_rps" if rank_by == "capacity" else "capacity_per_gpu_rps"
+    order = sorted(range(len(items)), key=lambda i: (-items[i][key], i))
+    return [items[i] for i in order]
+
+
+def _rate_workload(workload: Workload | RateWorkload | None) -> RateWorkload:
+    if workload is None:
+        return SyntheticWorkload()
+    if not callable(getattr(workload, "at_rate", None)):
+        raise TypeError(f"workload must have an at_rate(rate) method, got {workload!r}")
+    if isinstance(workload, Workload) and math.isinf(workload.mean_rate):
+        raise ValueError(
+            "the workload's arrivals span no time (one request, or all at once), so their"
+            " rate cannot be rescaled"
+        )
+    return workload
+
+
+def _points(
+    configs: ServingSimConfig | Iterable[ServingSimConfig] | None,
+    engines: Sequence[EngineSpec | EngineModel | str],
+    replicas: Sequence[int],
+    routers: Sequence[str],
+) -> list[SearchPoint]:
+    if isinstance(configs, ServingSimConfig):
+        cfgs = [configs]
+    elif configs is None:
+        cfgs = [ServingSimConfig()]
+    else:
+        cfgs = list(configs)
+    specs = [engine_spec(e) for e in engines]
+    for what, values in (("configs", cfgs), ("engines", specs), ("replicas", replicas)):
+        if not values:
+            raise ValueError(f"{what} must not be empty")
+    for n in replicas:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"replicas must be ints >= 1, got {n!r}")
+        if n != 1:
+            raise ValueError(
+                f"replicas {n}: the fleet simulation is not available yet; use replicas=1"
+            )
+    if not routers:
+        raise ValueError("routers must not be empty")
+    for r in routers:
+        if r not in ROUTERS:
+            raise ValueError(f"router must be one of {', '.join(ROUTERS)}, got {r!r}")
+    return grid(cfgs, specs, list(dict.fromkeys(replicas)), list(dict.fromkeys(routers)))
+
+
+def _slo(ttft: float | None, tpot: float | None, tbt: float | None) -> dict[str, float]:
+    slo = {k: v for k, v in (("ttft_s", ttft), ("tpot_s", tpot), ("tbt_s", tbt)) if v is not None}
+    if not slo:
+        raise ValueError("give at least one SLO (slo_ttft_s, slo_tpot_s or slo_tbt_s)")
+    for key, value in slo.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"slo_{key} must be a number of seconds, got {value!r}")
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"slo_{key} must be a finite number of seconds > 0, got {value!r}")
+    return slo
+
+
+def _check(
+    attainment: float,
+    precision: float,
+    rank_by: str,
+    gpu_cost: float | None,
+    workers: int | None,
+) -> None:
+    if isinstance(attainment, bool) or not 0 < attainment <= 1:
+        raise ValueError(f"attainment must be a fraction in (0, 1], got {attainment!r}")
+    if isinstance(precision, bool) or not 0 < precision <= 1:
+        raise ValueError(f"precision must be a fraction in (0, 1], got {precision!r}")
+    if rank_by not in RANK_BY:
+        raise ValueError(f"rank_by must be one of {', '.join(RANK_BY)}, got {rank_by!r}")
+    if gpu_cost is not None and not (math.isfinite(gpu_cost) and gpu_cost > 0):
+        raise ValueError(f"gpu_cost must be a finite number of dollars > 0, got {gpu_cost!r}")
+    if workers is not None and (isinstance(workers, bool) or workers < 1):
+        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+
+
+def _start_rate(source: RateWorkload, start_rate: float | None) -> float:
+    if start_rate is None:
+        return source.mean_rate if isinstance(source, Workload) else DEFAULT_RATE
+    if isinstance(start_rate, bool) or not (math.isfinite(start_rate) and start_rate > 0):
+        raise ValueError(
+            f"start_rate must be a finite number of requests/s > 0, got {start_rate!r}"
+        )
+    return float(start_rate)
+
+
+def _runner(ctx: ProbeContext, workers: int | None, ray: bool, address: str | None) -> Runner:
+    if ray:
+        return RayRunner(ctx, address, workers)
+    count = workers if workers is not None else os.cpu_count() or 1
+    if count == 1:
+        return SerialRunner(ctx)
+    return PoolRunner(ctx, min(count, len(ctx.points)))
+
+
+def _drive(
+    runner: Runner, searches: list[RateSearch], on_probe: Progress | None
+) -> list[dict[float, dict[str, Any]]]:
+    """Run every search to its end; the ``simulate --json`` object of each probe, per point
+    and rate."""
+    found: list[dict[float, dict[str, Any]]] = [{} for _ in searches]
+    try:
+        pending = 0
+        for index, s in enumerate(searches):
+            rate = s.next_rate()
+            assert rate is not None
+            runner.submit(index, rate)
+            pending += 1
+        done = 0
+        while pending:
+            for index, rate, meets, doc in runner.wait():
+                pending -= 1
+                done += 1
+                searches[index].record(rate, meets)
+                found[index][rate] = doc
+                nxt = searches[index].next_rate()
+                if nxt is not None:
+                    runner.submit(index, nxt)
+                    pending += 1
+                if on_probe is not None:
+                    on_probe(done, done + sum(s.remaining() for s in searches))
+    finally:
+        runner.close()
+    return found
+
+
+def _item(
+    point: SearchPoint,
+    s: RateSearch,
+    runs: dict[float, dict[str, Any]],
+    gpu_cost: float | None,
+    keep_runs: bool,
+) -> dict[str, Any]:
+    capacity = s.capacity
+    item: dict[str, Any] = {
+        "config": point.to_dict(),
+        "gpus": point.gpus,
+        "capacity_rps": capacity,
+        "capacity_per_gpu_rps": capacity / point.gpus,
+    }
+    if gpu_cost is not None:
+        item["requests_per_dollar"] = capacity * 3600 / (point.gpus * gpu_cost)
+    item["capped"] = s.capped
+    item["probes"] = [
+        {"rate_rps": r, "meets_slo": m, **({"run": runs[r]} if keep_runs else {})}
+        for r, m in s.probes
+    ]
+    item["at_capacity"] = runs.get(capacity) if capacity > 0 else None
+    return item

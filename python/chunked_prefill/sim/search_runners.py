@@ -1,0 +1,196 @@
+"""Where a search's probes run: in this process, on a local process pool, or on Ray.
+
+A probe is one simulation of one grid point at one rate (:func:`run_probe`); it depends
+on nothing but its :class:`ProbeContext`, the point's index and the rate, so every runner
+gives the same answers. A runner takes probes (:meth:`Runner.submit`) and hands back
+finished ones (:meth:`Runner.wait`), in whatever order they finish; the search feeds each
+answer to its point's own :class:`~.rate_search.RateSearch`, which keeps the result
+independent of that order.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .report import results_to_json
+from .search_space import RateWorkload, SearchPoint
+from .serving import simulate_serving
+
+__all__ = [
+    "PoolRunner",
+    "ProbeContext",
+    "RayRunner",
+    "Runner",
+    "SerialRunner",
+    "run_probe",
+]
+
+Done = tuple[int, float, bool, dict[str, Any]]
+"""A finished probe: the point's index, the rate, whether it met the SLO, and the
+``simulate --json`` object of the run."""
+
+
+@dataclass(frozen=True)
+class ProbeContext:
+    """Everything a probe needs besides its point index and rate (sent to each worker
+    once)."""
+
+    workload: RateWorkload
+    points: tuple[SearchPoint, ...]
+    slo: Mapping[str, float]
+    attainment: float
+    gpu_memory_utilization: float
+    backend: str
+    stall_threshold_s: float
+    max_steps: int
+
+
+def run_probe(ctx: ProbeContext, index: int, rate: float) -> Done:
+    """Simulate point ``index`` at ``rate``: whether ``slo_attainment >= attainment``, and
+    the run as ``simulate --json`` writes it."""
+    point = ctx.points[index]
+    (result,) = simulate_serving(
+        ctx.workload.at_rate(rate),
+        point.config,
+        engine=point.engine.model,
+        memory=point.engine.memory,
+        gpu_memory_utilization=ctx.gpu_memory_utilization,
+        backend=ctx.backend,
+        stall_threshold_s=ctx.stall_threshold_s,
+        slo_ttft_s=ctx.slo.get("ttft_s"),
+        slo_tpot_s=ctx.slo.get("tpot_s"),
+        slo_tbt_s=ctx.slo.get("tbt_s"),
+        max_steps=ctx.max_steps,
+    )
+    assert result.serving is not None and result.serving.slo_attainment is not None
+    doc: dict[str, Any] = json.loads(results_to_json([result], indent=None))[0]
+    return index, rate, result.serving.slo_attainment >= ctx.attainment, doc
+
+
+class Runner(Protocol):
+    """Runs probes; :meth:`wait` returns at least one finished probe while any is
+    pending."""
+
+    def submit(self, index: int, rate: float) -> None:
+        """Start probing point ``index`` at ``rate``."""
+        ...
+
+    def wait(self) -> list[Done]:
+        """Block until one or more probes finish; return them."""
+        ...
+
+    def close(self) -> None:
+        """Stop the workers (pending probes are dropped)."""
+        ...
+
+
+class SerialRunner:
+    """Probes one after another in this process (``workers=1``)."""
+
+    def __init__(self, ctx: ProbeContext) -> None:
+        self._ctx = ctx
+        self._queue: deque[tuple[int, float]] = deque()
+
+    def submit(self, index: int, rate: float) -> None:
+        self._queue.append((index, rate))
+
+    def wait(self) -> list[Done]:
+        index, rate = self._queue.popleft()
+        return [run_probe(self._ctx, index, rate)]
+
+    def close(self) -> None:
+        self._queue.clear()
+
+
+_WORKER_CTX: ProbeContext | None = None
+
+
+def _init_worker(ctx: ProbeContext) -> None:
+    global _WORKER_CTX
+    _WORKER_CTX = ctx
+
+
+def _probe_in_worker(index: int, rate: float) -> Done:
+    assert _WORKER_CTX is not None
+    return run_probe(_WORKER_CTX, index, rate)
+
+
+class PoolRunner:
+    """Probes on a pool of ``workers`` processes on this machine. Each worker is a fresh
+    interpreter (``spawn``: no state forked from a caller with threads) that receives the
+    context once."""
+
+    def __init__(self, ctx: ProbeContext, workers: int) -> None:
+        import multiprocessing
+        from concurrent.futures import Future, ProcessPoolExecutor
+
+        self._pool = ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+            initargs=(ctx,),
+        )
+        self._pending: set[Future[Done]] = set()
+
+    def submit(self, index: int, rate: float) -> None:
+        self._pending.add(self._pool.submit(_probe_in_worker, index, rate))
+
+    def wait(self) -> list[Done]:
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        done, self._pending = wait(self._pending, return_when=FIRST_COMPLETED)
+        return [f.result() for f in done]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class RayRunner:
+    """Probes as Ray tasks, one CPU each: on the cluster at ``address``, or on a new local
+    Ray instance (``address=None``, with ``workers`` CPUs, bound to the loopback
+    interface). A driver already connected to Ray (``ray.init`` called by the caller)
+    keeps its connection."""
+
+    def __init__(self, ctx: ProbeContext, address: str | None, workers: int | None) -> None:
+        import ray
+
+        self._ray = ray
+        self._started = not ray.is_initialized()
+        if self._started:
+            options: dict[str, Any] = {
+                "include_dashboard": False,
+                "log_to_driver": False,
+                "logging_level": logging.WARNING,
+                "configure_logging": True,
+            }
+            if address is None:
+                # A new instance of our own, never someone else's cluster found through
+                # RAY_ADDRESS or /tmp/ray, and reachable from this machine only.
+                options.update(address="local", _node_ip_address="127.0.0.1")
+                options["num_cpus"] = workers or os.cpu_count() or 1
+            else:
+                options["address"] = address
+            ray.init(**options)
+        self._task = ray.remote(num_cpus=1)(run_probe)
+        self._ctx = ray.put(ctx)
+        self._pending: list[Any] = []
+
+    def submit(self, index: int, rate: float) -> None:
+        self._pending.append(self._task.remote(self._ctx, index, rate))
+
+    def wait(self) -> list[Done]:
+        done, self._pending = self._ray.wait(self._pending, num_returns=1)
+        return [self._ray.get(ref) for ref in done]
+
+    def close(self) -> None:
+        for ref in self._pending:
+            self._ray.cancel(ref)
+        self._pending = []
+        if self._started:
+            self._ray.shutdown()

@@ -1,0 +1,142 @@
+"""What a capacity search ranges over: workloads at a rate, engines, and grid points.
+
+A search probes each grid point (:class:`SearchPoint`: a serving configuration on an
+engine, with a replica count and a router) at several arrival rates. The workload at a
+rate comes from a :class:`RateWorkload`: :class:`SyntheticWorkload` draws the synthetic
+workload at that Poisson rate (what ``simulate --rate`` runs), and any :class:`Workload`
+(a trace) has its arrivals rescaled (:meth:`Workload.at_rate`, what ``simulate --trace
+--rate`` runs). An engine is an :class:`EngineSpec`: the step-time model, its KV memory,
+its GPU count and the ``simulate`` flags that select it, so other catalogs (models, GPUs,
+tensor parallelism) can add specs without touching the search.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .engine import ENGINE_PRESETS, MEMORY_PRESETS, EngineModel, KVMemory
+from .serving import ServingSimConfig, memory_of
+from .workload import DEFAULT_REQUESTS, Workload, default_workload
+
+__all__ = [
+    "ROUTERS",
+    "EngineSpec",
+    "RateWorkload",
+    "SearchPoint",
+    "SyntheticWorkload",
+    "engine_spec",
+    "grid",
+]
+
+ROUTERS = ("round-robin", "least-loaded", "prefix-aware")
+"""How a fleet of replicas assigns arriving requests (one replica: no difference)."""
+
+
+class RateWorkload(Protocol):
+    """Anything that gives the workload at an arrival rate (requests/s)."""
+
+    def at_rate(self, rate: float) -> Workload:
+        """The workload with arrivals at ``rate`` requests/s."""
+        ...
+
+
+@dataclass(frozen=True)
+class SyntheticWorkload:
+    """The synthetic chat workload (:func:`default_workload`) of these parameters, drawn at
+    each probed rate: the same lengths at every rate, only the arrival gaps scale."""
+
+    requests: int = DEFAULT_REQUESTS
+    seed: int = 0
+    prefix_tokens: int = 0
+    prefix_groups: int = 1
+    turns: int = 1
+    prompt_scale: float = 1.0
+    output_scale: float = 1.0
+
+    def at_rate(self, rate: float) -> Workload:
+        """The workload ``chunked-prefill simulate --rate RATE`` with these flags runs."""
+        wl = default_workload(
+            self.requests,
+            rate=rate,
+            seed=self.seed,
+            prefix_tokens=self.prefix_tokens,
+            prefix_groups=self.prefix_groups,
+            turns=self.turns,
+        )
+        return wl.scaled(self.prompt_scale, 1.0).scaled(1.0, self.output_scale)
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """One engine of the grid: its step-time model, its KV memory, the GPUs one replica
+    uses, and the ``simulate`` flags that select it (for the reproducing command line)."""
+
+    model: EngineModel
+    memory: KVMemory
+    gpus: int = 1
+    flags: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """The engine model's name."""
+        return self.model.name
+
+
+def engine_spec(engine: EngineSpec | EngineModel | str) -> EngineSpec:
+    """An :class:`EngineSpec` from a preset name, an :class:`EngineModel` (with its
+    preset's memory, see :func:`~.serving.memory_of`) or a spec."""
+    if isinstance(engine, EngineSpec):
+        return engine
+    if isinstance(engine, str):
+        if engine not in ENGINE_PRESETS:
+            raise ValueError(
+                f"unknown engine preset {engine!r}; known: {', '.join(sorted(ENGINE_PRESETS))}"
+            )
+        return EngineSpec(ENGINE_PRESETS[engine], MEMORY_PRESETS[engine], 1, ("--engine", engine))
+    if isinstance(engine, EngineModel):
+        return EngineSpec(engine, memory_of(engine), 1, ())
+    raise TypeError(f"an engine must be a preset name, EngineModel or EngineSpec, got {engine!r}")
+
+
+@dataclass(frozen=True)
+class SearchPoint:
+    """One point of the grid: a serving configuration on an engine, ``replicas`` of it
+    behind ``router``."""
+
+    config: ServingSimConfig
+    engine: EngineSpec
+    replicas: int = 1
+    router: str = "round-robin"
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the point uses: replicas x the engine's."""
+        return self.replicas * self.engine.gpus
+
+    def to_dict(self) -> dict[str, Any]:
+        """The configuration as ``simulate --json`` writes it, plus ``replicas``,
+        ``router`` and the ``engine``'s name."""
+        return {
+            **self.config.to_dict(),
+            "replicas": self.replicas,
+            "router": self.router,
+            "engine": self.engine.name,
+        }
+
+
+def grid(
+    configs: Sequence[ServingSimConfig],
+    engines: Sequence[EngineSpec],
+    replicas: Sequence[int],
+    routers: Sequence[str],
+) -> list[SearchPoint]:
+    """The cross product, engines slowest, then replicas, routers and configurations."""
+    return [
+        SearchPoint(cfg, eng, n, router)
+        for eng in engines
+        for n in replicas
+        for router in routers
+        for cfg in configs
+    ]
