@@ -635,8 +635,10 @@ def test_cli_trace_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert cli.main(["--trace", str(bad)]) == 2
     err = capsys.readouterr().err
     assert f"{bad}:2:" in err and "output_tokens" in err
-    assert cli.main(["--trace", str(good), "--rate", "5"]) == 2
-    assert "--rate" in capsys.readouterr().err
+    at_once = _write(tmp_path, "once.csv", "arrival_s,prompt_tokens,output_tokens\n0,1,3\n0,5,2\n")
+    assert cli.main(["--trace", str(at_once), "--rate", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "argument --rate: " in err and "span no time" in err
     assert (
         cli.main(["--token-budget", "64", "--max-decode-tokens", "128", "--scheduler", "planner"])
         == 2

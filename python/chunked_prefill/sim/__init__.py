@@ -14,12 +14,15 @@ returns one :class:`SimResult` per configuration::
 :func:`simulate_serving` runs the serving scheduler instead, memory-true (KV-block pool,
 prefix caching, preemption), its loop in the Rust core; it is what the command line does
 by default. The command line is ``chunked-prefill simulate`` (see
-:mod:`chunked_prefill.sim.cli`).
+:mod:`chunked_prefill.sim.cli`). :func:`search` finds each configuration's capacity, the
+highest arrival rate that meets SLOs (``chunked-prefill search``).
 """
 
 from __future__ import annotations
 
 from .engine import DEFAULT_ENGINE, ENGINE_PRESETS, EngineModel, ProfileError, load_profile
+from .search import search
+from .search_space import EngineSpec, SyntheticWorkload
 from .serving import (
     ServingSimConfig,
     default_num_blocks,
@@ -66,6 +69,7 @@ __all__ = [
     "ChatWorkloadSpec",
     "ConfigError",
     "EngineModel",
+    "EngineSpec",
     "Percentiles",
     "ProfileError",
     "Request",
@@ -75,6 +79,7 @@ __all__ = [
     "SimResult",
     "StepLimitError",
     "StepRecord",
+    "SyntheticWorkload",
     "TraceError",
     "Workload",
     "backend_name",
@@ -87,6 +92,7 @@ __all__ = [
     "load_trace",
     "min_steps",
     "resolve_backend",
+    "search",
     "simulate",
     "simulate_serving",
 ]
