@@ -34,7 +34,8 @@ rm -rf .venv-test
 "$PY" -m venv .venv-test
 VPY="$ROOT/.venv-test/bin/python"
 "$VPY" -m pip install -q --upgrade pip
-"$VPY" -m pip install -q "${WHEEL}[test,plot]"
+# ray: tests/test_search_ray.py starts a two-node Ray cluster on loopback (about a minute).
+"$VPY" -m pip install -q "${WHEEL}[test,plot,ray]"
 
 step "Python: ruff, mypy --strict, stubtest"
 "$VPY" -m ruff check python tests benches scripts
