@@ -352,7 +352,7 @@ def _report(
     source: RateWorkload,
     wall: float,
 ) -> int:
-    from .search_report import plot_search, search_table
+    from .search_report import item_label, plot_search, search_table
 
     if args.plot is not None:
         plot_search(items, args.plot, title=_title(args, source))
@@ -367,7 +367,8 @@ def _report(
         console.print("[bold red]no configuration meets the SLOs at any probed rate[/]")
     else:
         console.print(
-            f"[bold]best[/]: {best['capacity_rps']:.3g} req/s; its run at capacity:",
+            f"[bold]best[/]: {item_label(best, items)}, {best['capacity_rps']:.3g} req/s;"
+            " its run at capacity:",
             highlight=False,
         )
         console.print(reproduce_command(args, best), highlight=False, soft_wrap=True)
