@@ -242,6 +242,8 @@ class StepRecord:
     """Causal (query, key) pairs of the step's prefill chunks (the model's ``c_attn`` term)."""
     decode_context_tokens: int = 0
     """Context tokens of the decoded requests (the model's ``c_kv`` term)."""
+    prefill_chunk_sq: int = 0
+    """The squares of the step's prefill chunk lengths, summed (the ``c_chunk_sq`` term)."""
 
     @property
     def prefill_tokens(self) -> int:
@@ -655,6 +657,7 @@ def _run(
     c_tok = engine.c_tok_s
     c_attn = engine.c_attn_s
     c_kv = engine.c_kv_s
+    c_sq = engine.c_chunk_sq_s
     max_running = cfg.max_running
     log: list[StepRecord] | None = [] if record else None
 
@@ -687,6 +690,7 @@ def _run(
         start_t = now
         ptok = 0
         attn = 0
+        sq = 0
         lasts: list[int] | None = None
         for c in step.chunks:
             t = c.tokens
@@ -694,6 +698,7 @@ def _run(
             rid = c.request_id
             ptok += t
             attn += t * s + (t * (t + 1) >> 1)
+            sq += t * t
             prefilled[rid] += t
             if c.is_last:
                 if lasts is None:
@@ -724,7 +729,7 @@ def _run(
         lin = c0 + c_tok * (ptok + d)
         if lin < t_min:
             lin = t_min
-        dur = lin + c_attn * attn + c_kv * kv
+        dur = lin + c_attn * attn + c_kv * kv + c_sq * sq
         now = start_t + dur
         steps += 1
         if steps > max_steps:
@@ -877,6 +882,7 @@ def _run(
                     decoded=decoded,
                     attention_pairs=attn,
                     decode_context_tokens=kv,
+                    prefill_chunk_sq=sq,
                 )
             )
         if progress is not None and not steps & 4095:
