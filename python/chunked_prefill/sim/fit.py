@@ -175,7 +175,8 @@ def read_steps_csv(path: str | os.PathLike[str]) -> Steps:
         raise TraceError(name, 0, None, "is empty: expected a header row and steps")
     table = np.array(rows, dtype=np.float64).reshape(len(rows), 6)
     squares = table[:, 5].copy() if OPTIONAL_COLUMN in header else None
-    return Steps(*(table[:, i].copy() for i in range(5)), prefill_chunk_sq=squares)
+    p, d, a, k, t = (table[:, i].copy() for i in range(5))
+    return Steps(p, d, a, k, t, prefill_chunk_sq=squares)
 
 
 @dataclass(frozen=True)
