@@ -177,7 +177,7 @@ def test_best_command_reproduces_the_run_at_capacity(capsys: pytest.CaptureFixtu
 
 def test_trace_command_reproduces_the_run_at_capacity(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--trace", str(TRACE), "--chunk-size", "256", "--engine", "llama2-7b-h100", *SLO]
-    _reproduce(capsys, [*argv, "--slo-tpot", "0.05", "--prompt-scale", "2"])
+    _reproduce(capsys, [*argv, "--slo-tpot", "0.05", "--prompt-scale", "2", "--c-kv", "2e-7"])
 
 
 def test_table_ranks_and_names_the_best(capsys: pytest.CaptureFixture[str]) -> None:

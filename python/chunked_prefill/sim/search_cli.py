@@ -462,6 +462,7 @@ def _engine_flags(args: argparse.Namespace, engine: str) -> list[str]:
         ("--c-tok", args.c_tok),
         ("--c-attn", args.c_attn),
         ("--c-kv", args.c_kv),
+        ("--c-chunk-sq", args.c_chunk_sq),
         ("--gpu-memory-utilization", args.gpu_memory_utilization),
     ):
         if value is not None:

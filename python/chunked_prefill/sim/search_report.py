@@ -64,7 +64,7 @@ def _ms(value: float | None) -> str:
 
 
 def _rate(value: float) -> str:
-    return f"{value:.3g}" if value < 100 else f"{value:.0f}"
+    return f"{value:#.3g}" if value < 100 else f"{value:.0f}"
 
 
 def search_table(items: Sequence[dict[str, Any]], *, title: str | None = None) -> Table:
