@@ -1,5 +1,6 @@
 //! The request record and its public view.
 
+use super::counts::div_blocks;
 use super::hash::{block_message, block_message_of, hash_message, root_hash, BlockHash};
 
 /// A request's prompt as `add_request` takes it.
@@ -164,7 +165,7 @@ impl Request {
         block_size: usize,
         message: &mut Vec<u8>,
     ) -> usize {
-        let limit = blocks.min(self.known_prefix() / block_size);
+        let limit = blocks.min(div_blocks(self.known_prefix(), block_size));
         while self.hashes.len() < limit {
             let i = self.hashes.len();
             let parent = match self.hashes.last() {
