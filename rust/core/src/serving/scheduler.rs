@@ -132,7 +132,7 @@ impl ServingScheduler {
         cache_salt: u64,
     ) -> Result<(), CoreError> {
         let prompt = match prompt {
-            Prompt::Tokens(ids) => PromptIds::Known(ids),
+            Prompt::Tokens(ids) => PromptIds::Known(ids.into()),
             Prompt::Length(len) => PromptIds::Unknown(len),
         };
         let request = Request::new(
