@@ -435,7 +435,9 @@ def test_steps_csv(model: Any, backend: ModuleType, tmp_path: Path) -> None:
             s.decode_context_tokens,
         ]
         assert float(row[4]) == s.duration_s > 0
+        assert s.cpu_s >= 0
         assert s.prefill_tokens + s.decode_tokens <= 24
+    assert sum(s.cpu_s for s in steps) > 0  # the engine's own thread ran the model
     assert sum(s.prefill_tokens for s in steps) == sum(map(len, prompts))
     assert sum(s.decode_tokens for s in steps) == len(prompts) * (MAX_NEW - 1)
     # Without sharing, every prompt's chunks tile its causal triangle, and every decode

@@ -17,7 +17,7 @@ import os
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from time import perf_counter, sleep
+from time import perf_counter, sleep, thread_time
 from typing import Any
 
 import torch
@@ -252,7 +252,7 @@ class PagedEngine:
             run.close(rid, run.now(), aborted=True)
 
     def _step(self, run: _Run) -> None:
-        t_start = perf_counter()
+        t_start, cpu_start = perf_counter(), thread_time()
         batch = self.scheduler.schedule()
         scheduler_s = perf_counter() - t_start
         self._scheduled(batch)
@@ -284,8 +284,9 @@ class PagedEngine:
             run.timings[it.request_id].cached_tokens += it.cached_tokens
         for rid in finished:
             run.close(rid, now)
-        duration_s = perf_counter() - t_start
-        self.last_steps.append(StepRecord.of_batch(batch, items, duration_s, scheduler_s))
+        duration_s, cpu_s = perf_counter() - t_start, thread_time() - cpu_start
+        record = StepRecord.of_batch(batch, items, duration_s, scheduler_s, cpu_s)
+        self.last_steps.append(record)
 
     def _forward(self, work: list[Work]) -> list[int]:
         """The sampled tokens of ``work``, in order, from one forward pass (or two)."""
