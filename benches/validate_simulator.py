@@ -11,12 +11,15 @@ measures?
    ``ServingConfig`` (pool, block size, budget, chunk size, prefill limit, prefix caching).
 
 It prints the commands it ran and a Markdown table of measured against predicted p50 and p90
-of TTFT and TBT (TBT pooled over every gap of every request, as the simulator counts it).
+of TTFT and TBT (TBT pooled over every gap of every request, as the simulator counts it). It
+also writes ``steps-cpu.csv``, the steps with their thread CPU time as ``duration_s``, and
+reports the fit to it: the model's error on the engine's own cost, without the waits for a
+CPU that a busy machine adds.
 
 Run (needs the ``hf`` extra)::
 
     PYTHONPATH=python python benches/validate_simulator.py --out-dir run
-    PYTHONPATH=python python benches/validate_simulator.py --requests 40 --rate 8   # CI size
+    PYTHONPATH=python python benches/validate_simulator.py --requests 30 --rate 10  # CI size
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 import transformers
+from transformers import LlamaConfig, LlamaForCausalLM
 
 import chunked_prefill
 from chunked_prefill import hf
@@ -96,10 +100,31 @@ def serving_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def llama(hidden: int, layers: int) -> Any:
+    """A random Llama built here (no download), fp32: ``hidden_size=64, layers=2`` is the
+    test suite's model (:func:`paged_figures.tiny_llama`)."""
+    if (hidden, layers) == (64, 2):
+        return tiny_llama()
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=128,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
+    return LlamaForCausalLM(config).eval()  # type: ignore[no-untyped-call]
+
+
 def run_engine(args: argparse.Namespace, workload: Workload, out: Path) -> dict[str, Any]:
     """Run the workload on the wall clock; the measured figures and the run's counters."""
     torch.set_num_threads(1)
-    model = tiny_llama()
+    model = llama(args.hidden_size, args.layers)
     config = chunked_prefill.ServingConfig(**serving_options(args))
     engine = hf.PagedEngine(model, config, separate_decodes=args.separate_decodes)
     engine.generate(workload.prompts[:8], max_new_tokens=4)  # warm up: first-call costs
@@ -185,6 +210,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--prompt-tokens", type=int, nargs=2, default=(16, 192), metavar=("LO", "HI"))
     p.add_argument("--output-tokens", type=int, nargs=2, default=(8, 48), metavar=("LO", "HI"))
     p.add_argument("--prefix-tokens", type=int, default=32, help="shared by every prompt")
+    p.add_argument("--hidden-size", type=int, default=64, help="of the random Llama")
+    p.add_argument("--layers", type=int, default=2, help="of the random Llama")
     p.add_argument("--num-blocks", type=int, default=512)
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--token-budget", type=int, default=128)
@@ -194,10 +221,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--watermark", type=float, default=0.0)
     p.add_argument("--prefix-caching", choices=("on", "off"), default="on")
     p.add_argument(
-        "--one-pass",
-        dest="separate_decodes",
-        action="store_false",
-        help="one padded forward pass per step (default: decodes and chunks apart)",
+        "--separate-decodes",
+        action="store_true",
+        help="run a step's decodes and its prompt chunk as two forward passes (default: one)",
     )
     p.add_argument("--out-dir", type=Path, help="keep the files here (default: a temp dir)")
     return p.parse_args()
@@ -228,10 +254,11 @@ def report(
     engine_s: float,
 ) -> None:
     err = fit["relative_error"]
+    passes = "decodes and chunks apart" if args.separate_decodes else "one pass per step"
     print(
         f"python {platform.python_version()}, torch {torch.__version__}, transformers "
         f"{transformers.__version__}, {os.cpu_count()} CPUs; {args.requests} requests at "
-        f"{args.rate:g}/s, seed {args.seed}; engine run {engine_s:.1f} s\n"
+        f"{args.rate:g}/s, seed {args.seed}; {passes}; engine run {engine_s:.1f} s\n"
     )
     print(
         f"engine: {measured['steps']} steps, {measured['preemptions']} preemptions, "

@@ -36,7 +36,8 @@ class StepRecord:
     ``schedule()`` to the end of ``update()``, the forward pass and the KV gather and scatter
     included; ``scheduler_s`` the part of it spent in ``schedule()`` and ``update()``;
     ``cpu_s`` the CPU time of the engine's thread over the same span (below ``duration_s``
-    when the thread waited: for a CPU on a busy machine, or for a GPU). ``step_index``, ``num_items`` and ``num_preempted`` identify the batch.
+    when the thread waited: for a CPU on a busy machine, or for a GPU). ``step_index``,
+    ``num_items`` and ``num_preempted`` identify the batch.
     """
 
     step_index: int
