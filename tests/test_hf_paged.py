@@ -423,6 +423,7 @@ def test_steps_csv(model: Any, backend: ModuleType, tmp_path: Path) -> None:
             "attention_pairs",
             "decode_context_tokens",
             "duration_s",
+            "prefill_chunk_sq",
         )
     )
     steps = engine.last_steps
@@ -436,6 +437,7 @@ def test_steps_csv(model: Any, backend: ModuleType, tmp_path: Path) -> None:
         ]
         assert float(row[4]) == s.duration_s > 0
         assert s.cpu_s >= 0
+        assert int(row[5]) == s.prefill_chunk_sq <= s.prefill_tokens**2
         assert s.prefill_tokens + s.decode_tokens <= 24
     assert sum(s.cpu_s for s in steps) > 0  # the engine's own thread ran the model
     assert sum(s.prefill_tokens for s in steps) == sum(map(len, prompts))

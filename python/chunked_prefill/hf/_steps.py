@@ -19,6 +19,7 @@ STEP_COLUMNS = (
     "attention_pairs",
     "decode_context_tokens",
     "duration_s",
+    "prefill_chunk_sq",
 )
 """The columns of ``PagedEngine.generate(steps_csv=...)``, in order."""
 
@@ -37,7 +38,8 @@ class StepRecord:
     included; ``scheduler_s`` the part of it spent in ``schedule()`` and ``update()``;
     ``cpu_s`` the CPU time of the engine's thread over the same span (below ``duration_s``
     when the thread waited: for a CPU on a busy machine, or for a GPU). ``step_index``,
-    ``num_items`` and ``num_preempted`` identify the batch.
+    ``num_items`` and ``num_preempted`` identify the batch. ``prefill_chunk_sq``: the squares
+    of the prefill items' lengths, summed (the model's ``c_chunk_sq_s`` term).
     """
 
     step_index: int
@@ -50,6 +52,7 @@ class StepRecord:
     duration_s: float
     scheduler_s: float
     cpu_s: float
+    prefill_chunk_sq: int = 0
 
     @classmethod
     def of_batch(
@@ -61,13 +64,14 @@ class StepRecord:
         cpu_s: float,
     ) -> StepRecord:
         """The record of ``batch``, counting the items in ``computed`` (the ones that ran)."""
-        prefill = decode = pairs = context = items = 0
+        prefill = decode = pairs = context = items = squares = 0
         for item in computed:
             n, start = item.tokens, item.start
             items += 1
             if item.is_prefill:
                 prefill += n
                 pairs += n * start + n * (n + 1) // 2
+                squares += n * n
             else:
                 decode += n
                 context += start + n
@@ -82,6 +86,7 @@ class StepRecord:
             duration_s=duration_s,
             scheduler_s=scheduler_s,
             cpu_s=cpu_s,
+            prefill_chunk_sq=squares,
         )
 
 
@@ -98,5 +103,6 @@ def write_steps_csv(path: str | os.PathLike[str], steps: Sequence[StepRecord]) -
                     s.attention_pairs,
                     s.decode_context_tokens,
                     repr(s.duration_s),
+                    s.prefill_chunk_sq,
                 )
             )

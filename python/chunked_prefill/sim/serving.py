@@ -231,7 +231,14 @@ def _run_rust(
         plan.hash_block,
         _bytes(plan.hash_offsets, "<u8"),
         _bytes(plan.hash_ids, "<u8"),
-        engine=(engine.t_min_s, engine.c0_s, engine.c_tok_s, engine.c_attn_s, engine.c_kv_s),
+        engine=(
+            engine.t_min_s,
+            engine.c0_s,
+            engine.c_tok_s,
+            engine.c_attn_s,
+            engine.c_kv_s,
+            engine.c_chunk_sq_s,
+        ),
         max_steps=max_steps,
         **options,
     )

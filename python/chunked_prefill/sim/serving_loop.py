@@ -98,6 +98,7 @@ def run_loop(
         start = now
         pairs = 0
         context = 0
+        chunk_sq = 0
         for rid in batch.preempted:
             rec["preemptions"][rid] += 1
         for item in batch.items:
@@ -107,13 +108,14 @@ def run_loop(
                 rec["cached_tokens"][r] = item.cached_tokens
             if item.is_prefill:
                 pairs += item.tokens * item.start + item.tokens * (item.tokens + 1) // 2
+                chunk_sq += item.tokens * item.tokens
                 if rec["preemptions"][r] > 0:
                     rec["recomputed_tokens"][r] += item.tokens
             else:
                 context += item.start + 1
         prefill = batch.num_prefill_tokens
         decode = batch.num_decode_tokens
-        duration = engine.step_time(prefill, decode, pairs, context)
+        duration = engine.step_time(prefill, decode, pairs, context, chunk_sq)
         now = start + duration
         used = config["num_blocks"] - batch.num_free_blocks
         _kv(rec, used, duration, now)

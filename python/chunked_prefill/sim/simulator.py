@@ -30,12 +30,12 @@ import importlib
 import itertools
 import math
 import os
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Union
 
+from . import planner_loop
 from .engine import DEFAULT_ENGINE, EngineModel
 from .workload import Request, Workload
 
@@ -242,6 +242,8 @@ class StepRecord:
     """Causal (query, key) pairs of the step's prefill chunks (the model's ``c_attn`` term)."""
     decode_context_tokens: int = 0
     """Context tokens of the decoded requests (the model's ``c_kv`` term)."""
+    prefill_chunk_sq: int = 0
+    """The squares of the step's prefill chunk lengths, summed (the ``c_chunk_sq`` term)."""
 
     @property
     def prefill_tokens(self) -> int:
@@ -451,7 +453,16 @@ def simulate(
             None if on_progress is None else _ProgressAdapter(on_progress, index, len(workload))
         )
         results.append(
-            _run(workload, cfg, engine, module, stall_threshold_s, record_steps, callback, limit)
+            planner_loop.run(
+                workload,
+                cfg,
+                engine,
+                _make_scheduler(module, cfg, max(workload.prompt_tokens)),
+                stall_threshold_s,
+                record_steps,
+                callback,
+                limit,
+            )
         )
     return results
 
@@ -595,330 +606,3 @@ def min_steps(workload: Workload, cfg: SimConfig) -> tuple[int, str]:
             )
         )
     return max(bounds, key=lambda b: b[0])
-
-
-def _run(
-    wl: Workload,
-    cfg: SimConfig,
-    engine: EngineModel,
-    module: ModuleType,
-    stall_threshold: float,
-    record: bool,
-    progress: Callable[[int], None] | None,
-    max_steps: int = _NO_LIMIT,
-) -> SimResult:
-    import numpy as np
-
-    arrival = wl.arrival_s
-    prompt = wl.prompt_tokens
-    output = wl.output_tokens
-    cached = wl.cached_tokens
-    prio = wl.priority
-    n = len(arrival)
-    order = sorted(range(n), key=lambda i: (arrival[i], i))
-    sched = _make_scheduler(module, cfg, max(prompt))
-    enqueue = sched.enqueue
-    next_step = sched.next_step
-    drain = sched.drain_completed
-    keywords = any(cached) or any(prio)
-
-    nan = math.nan
-    admitted = [nan] * n
-    first = [nan] * n
-    finish = [nan] * n
-    prefilled = [0] * n
-    # Decode pool, updated per step rather than per token. `full` counts the steps that
-    # served every decoding request; request r has fin[r] - full tokens left to decode, so
-    # a full step decrements all of them at once (full += 1) and a round-robin step that
-    # serves only some decrements theirs (fin[r] -= 1). fin[r] is -1 while r is not
-    # decoding. `buckets` maps a value of `full` to the requests due then; an entry goes
-    # stale when fin[r] moves (checked on pop), and the moved ones are filed again at the
-    # next full step. TBT gaps are stored as (value, count) pairs: a full step right after
-    # another adds one pair for all its requests.
-    fin = [-1] * n
-    last_t = [0.0] * n  # last token time; stale if a full step came later (last_full_end)
-    buckets: dict[int, list[int]] = {}
-    rr: deque[int] = deque()  # round-robin order of decoding requests (plus dead entries)
-    dead = 0
-    pool_n = 0
-    pool_ctx = 0  # sum of the decoding requests' context lengths
-    full = 0
-    latest_due = 0  # no decoding request is due after this value of `full`
-    last_full_end = -math.inf  # end of the last step that served every decoding request
-    uniform = True  # every decoding request's last token came at the current step start
-    gap_v: list[float] = []
-    gap_w: list[int] = []
-    stalls = 0
-    thr = stall_threshold
-    t_min = engine.t_min_s
-    c0 = engine.c0_s
-    c_tok = engine.c_tok_s
-    c_attn = engine.c_attn_s
-    c_kv = engine.c_kv_s
-    max_running = cfg.max_running
-    log: list[StepRecord] | None = [] if record else None
-
-    decode_limit = sum(output) - n
-    now = 0.0
-    nxt = 0
-    running = 0
-    done = 0
-    steps = 0
-    decode_total = 0
-    prefill_total = 0
-    while done < n:
-        while nxt < n and running < max_running:
-            r = order[nxt]
-            if arrival[r] > now:
-                break
-            if keywords:
-                enqueue(r, prompt[r], cached_tokens=cached[r], priority=prio[r])
-            else:
-                enqueue(r, prompt[r])
-            admitted[r] = now
-            running += 1
-            nxt += 1
-        if running == 0:
-            now = arrival[order[nxt]]
-            continue
-
-        step = next_step(pool_n)
-        d = step.decode_tokens
-        start_t = now
-        ptok = 0
-        attn = 0
-        lasts: list[int] | None = None
-        for c in step.chunks:
-            t = c.tokens
-            s = c.start
-            rid = c.request_id
-            ptok += t
-            attn += t * s + (t * (t + 1) >> 1)
-            prefilled[rid] += t
-            if c.is_last:
-                if lasts is None:
-                    lasts = [rid]
-                else:
-                    lasts.append(rid)
-        if d > pool_n or (d == 0 and ptok == 0):
-            raise RuntimeError(
-                f"step {step.step_index}: the scheduler planned {d} decode tokens and"
-                f" {ptok} prefill tokens with {pool_n} decoding requests"
-            )
-        served: list[int] | None = None
-        if d == pool_n:
-            kv = pool_ctx
-        else:
-            served = []
-            kv = 0
-            k = d
-            while k:
-                r = rr.popleft()
-                f = fin[r]
-                if f >= 0:
-                    served.append(r)
-                    kv += prompt[r] + output[r] - f + full
-                    k -= 1
-                else:
-                    dead -= 1
-        lin = c0 + c_tok * (ptok + d)
-        if lin < t_min:
-            lin = t_min
-        dur = lin + c_attn * attn + c_kv * kv
-        now = start_t + dur
-        steps += 1
-        if steps > max_steps:
-            raise StepLimitError(
-                cfg, steps, max_steps, f"{done} of {n} requests done", estimated=False
-            )
-        prefill_total += ptok
-        decoded: tuple[int, ...] = ()
-        if d:
-            decode_total += d
-            if decode_total > decode_limit:
-                raise RuntimeError("more decode tokens ran than the workload asks for")
-            pool_ctx += d  # every served request's context grows by its new token
-            if served is None:
-                if log is not None:
-                    decoded = tuple(r for r in rr if fin[r] >= 0)
-                if uniform:
-                    gap_v.append(dur)
-                    gap_w.append(d)
-                    if dur > thr:
-                        stalls += d
-                else:
-                    # The first full step after round-robin ones: gaps differ by request,
-                    # and the requests served since the last full step get their bucket.
-                    lfe = last_full_end
-                    prev = -1.0
-                    run = 0
-                    for r in rr:
-                        f = fin[r]
-                        if f < 0:
-                            continue
-                        lt = last_t[r]
-                        if lt > lfe:
-                            bucket = buckets.get(f)
-                            if bucket is None:
-                                buckets[f] = [r]
-                            else:
-                                bucket.append(r)
-                        else:
-                            lt = lfe
-                        if lt != prev:
-                            if run:
-                                gap = now - prev
-                                gap_v.append(gap)
-                                gap_w.append(run)
-                                if gap > thr:
-                                    stalls += run
-                            prev = lt
-                            run = 1
-                        else:
-                            run += 1
-                    if run:
-                        gap = now - prev
-                        gap_v.append(gap)
-                        gap_w.append(run)
-                        if gap > thr:
-                            stalls += run
-                    uniform = True
-                last_full_end = now
-                full += 1
-                if full > latest_due:
-                    raise RuntimeError("decode bookkeeping lost a request (a simulator bug)")
-                due = buckets.pop(full, None)
-                if due is not None:
-                    for r in due:
-                        if fin[r] == full:
-                            fin[r] = -1
-                            finish[r] = now
-                            pool_n -= 1
-                            pool_ctx -= prompt[r] + output[r]
-                            running -= 1
-                            done += 1
-                            dead += 1
-            else:
-                if log is not None:
-                    decoded = tuple(served)
-                # Round-robin step. Requests served together last time are adjacent and
-                # share a gap: one sample with a weight per run of equal gaps. Buckets are
-                # brought up to date at the next full step, not here.
-                lfe = last_full_end
-                prev = -1.0
-                run = 0
-                for r in served:
-                    lt = last_t[r]
-                    if lt < lfe:
-                        lt = lfe
-                    if lt != prev:
-                        if run:
-                            gap = now - prev
-                            gap_v.append(gap)
-                            gap_w.append(run)
-                            if gap > thr:
-                                stalls += run
-                        prev = lt
-                        run = 1
-                    else:
-                        run += 1
-                    last_t[r] = now
-                    f = fin[r] - 1
-                    if f == full:  # that was its last token
-                        fin[r] = -1
-                        finish[r] = now
-                        pool_n -= 1
-                        pool_ctx -= prompt[r] + output[r]
-                        running -= 1
-                        done += 1
-                    else:
-                        fin[r] = f
-                        rr.append(r)
-                gap = now - prev
-                gap_v.append(gap)
-                gap_w.append(run)
-                if gap > thr:
-                    stalls += run
-                uniform = False
-        if lasts is not None:
-            for r in lasts:
-                first[r] = now
-                o = output[r]
-                if o == 1:
-                    finish[r] = now
-                    running -= 1
-                    done += 1
-                else:
-                    f = full + o - 1
-                    fin[r] = f
-                    if f > latest_due:
-                        latest_due = f
-                    bucket = buckets.get(f)
-                    if bucket is None:
-                        buckets[f] = [r]
-                    else:
-                        bucket.append(r)
-                    rr.append(r)
-                    last_t[r] = now
-                    pool_n += 1
-                    pool_ctx += prompt[r] + 1
-            drain()
-        if dead > 64 and dead > pool_n:
-            rr = deque(r for r in rr if fin[r] >= 0)
-            dead = 0
-        if log is not None:
-            log.append(
-                StepRecord(
-                    index=step.step_index,
-                    start_s=start_t,
-                    end_s=now,
-                    decode_tokens=d,
-                    chunks=tuple((c.request_id, c.start, c.tokens, c.is_last) for c in step.chunks),
-                    decoded=decoded,
-                    attention_pairs=attn,
-                    decode_context_tokens=kv,
-                )
-            )
-        if progress is not None and not steps & 4095:
-            progress(done)
-    if progress is not None:
-        progress(done)
-
-    # The scheduler's contract, checked on every run.
-    for r in range(n):
-        want = prompt[r] - cached[r] if cached[r] < prompt[r] else 1
-        if prefilled[r] != want:
-            raise RuntimeError(f"request {r} was prefilled {prefilled[r]} tokens, expected {want}")
-    if decode_total != decode_limit:
-        raise RuntimeError(f"{decode_total} decode tokens ran, expected {decode_limit}")
-
-    arr = np.asarray(arrival, dtype=np.float64)
-    first_a = np.asarray(first, dtype=np.float64)
-    finish_a = np.asarray(finish, dtype=np.float64)
-    gaps = np.asarray(gap_v, dtype=np.float64)
-    weights = np.asarray(gap_w, dtype=np.int64)
-    span = float(finish_a.max() - arr.min())
-    total_out = sum(output)
-    return SimResult(
-        config=cfg,
-        requests=n,
-        ttft_s=Percentiles.of(first_a - arr),
-        tbt_s=Percentiles.of(gaps, weights),
-        e2e_s=Percentiles.of(finish_a - arr),
-        throughput_tok_s=total_out / span if span > 0 else math.inf,
-        steps=steps,
-        stalls=stalls,
-        stall_threshold_s=stall_threshold,
-        sim_time_s=span,
-        prefill_tokens=prefill_total,
-        output_tokens=total_out,
-        engine=engine,
-        arrival=arr,
-        admitted=np.asarray(admitted, dtype=np.float64),
-        first_token=first_a,
-        finish=finish_a,
-        prefilled=np.asarray(prefilled, dtype=np.int64),
-        tbt_gaps=gaps,
-        tbt_weights=weights,
-        step_log=tuple(log) if log is not None else None,
-    )

@@ -75,7 +75,7 @@ pub(crate) fn simulate_serving<'py>(
     max_running: usize,
     watermark: f64,
     prefix_caching: bool,
-    engine: (f64, f64, f64, f64, f64),
+    engine: (f64, f64, f64, f64, f64, f64),
     max_steps: u64,
 ) -> PyResult<Bound<'py, PyDict>> {
     let arrival = words("arrival_s", arrival_s, None, f64::from_le_bytes)?;
@@ -127,7 +127,7 @@ pub(crate) fn simulate_serving<'py>(
             ));
         }
     }
-    let (t_min_s, c0_s, c_tok_s, c_attn_s, c_kv_s) = engine;
+    let (t_min_s, c0_s, c_tok_s, c_attn_s, c_kv_s, c_chunk_sq_s) = engine;
     let options = SimOptions {
         config: ServingConfig {
             num_blocks,
@@ -145,6 +145,7 @@ pub(crate) fn simulate_serving<'py>(
             c_tok_s,
             c_attn_s,
             c_kv_s,
+            c_chunk_sq_s,
         },
         max_steps,
     };

@@ -16,7 +16,7 @@ mod metrics;
 mod run;
 mod workload;
 
-pub use engine::{chunk_pairs, EngineModel};
+pub use engine::{chunk_pairs, EngineModel, StepShape};
 pub use metrics::{Outcome, KV_SERIES_CAP};
 pub use run::{check_fits, run, SimError, SimOptions};
 pub use workload::{token_id, TokenPlan, Workload, NO_GROUP};
