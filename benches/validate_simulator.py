@@ -196,6 +196,9 @@ def table(measured: dict[str, Any], predicted: dict[str, Any]) -> list[str]:
     for key, name in (("ttft_s", "TTFT"), ("tbt_s", "TBT")):
         for q in ("p50", "p90"):
             m, p = measured[key][q], predicted[key][q]
+            if m is None or p is None:  # no token gaps: every output is one token
+                rows.append(f"| {name} {q} | - | - | - |")
+                continue
             rows.append(
                 f"| {name} {q} | {m * 1e3:.1f} ms | {p * 1e3:.1f} ms | {(p - m) / m:+.1%} |"
             )
