@@ -21,6 +21,7 @@ mod batch;
 mod block_pool;
 mod config;
 mod hash;
+mod prefix_query;
 mod request;
 mod scheduler;
 mod state;
