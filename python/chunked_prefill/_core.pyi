@@ -388,6 +388,8 @@ def simulate_serving(
     prefix_caching: bool,
     engine: tuple[float, float, float, float, float],
     max_steps: int,
+    replicas: int = 1,
+    router: str = "round-robin",
 ) -> dict[str, Any]:
     """Run the serving simulation loop of the core (``chunked_prefill.sim.serving``).
 

@@ -281,6 +281,13 @@ class ServingStats:
     """Per request: its longest gap between two tokens."""
     preempted: npt.NDArray[np.uint64] = field(repr=False, compare=False)
     """Per request: times it was preempted."""
+    replicas: int = 1
+    """Identical replicas behind the router (the figures above are the fleet's; the KV
+    figures are per replica: ``kv_usage_mean`` over every replica's busy time,
+    ``kv_usage_peak`` the fullest replica's, ``num_blocks`` one replica's pool)."""
+    router: str = "round-robin"
+    replica: npt.NDArray[np.uint64] | None = field(default=None, repr=False, compare=False)
+    """Per request: the replica it was routed to."""
 
 
 @dataclass(frozen=True)
@@ -361,6 +368,12 @@ class SimResult:
                     "input_throughput_tok_s": s.input_throughput_tok_s,
                 }
             )
+            out["config"].update(replicas=s.replicas, router=s.router)
+            if s.replicas > 1 and s.replica is not None:
+                import numpy as np
+
+                counts = np.bincount(s.replica.astype(np.int64), minlength=s.replicas)
+                out["replica_requests"] = [int(c) for c in counts]
             if s.slo:
                 out["slo"] = dict(s.slo)
                 out["slo_attainment"] = s.slo_attainment
