@@ -36,6 +36,7 @@ from .engine import (
     ProfileError,
     load_profile,
 )
+from .fleet_cli import add_fleet_arguments, fleet_of
 from .report import PLOT_HINT, PlotUnavailable, print_table, results_to_json
 from .serving import (
     ServingSimConfig,
@@ -288,6 +289,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
         " workload before anything runs, and enforced while running, so that a huge scale"
         " cannot hang the run; about 100 000 steps take a second (default: %(default)s)",
     )
+
+    add_fleet_arguments(p)
 
     e = p.add_argument_group(
         f"engine model (coefficients in seconds, 0 to {MAX_COEFFICIENT_S:g}; each overrides"
@@ -572,6 +575,8 @@ _SERVING_ONLY = (
     ("--slo-ttft", "slo_ttft"),
     ("--slo-tpot", "slo_tpot"),
     ("--slo-tbt", "slo_tbt"),
+    ("--replicas", "replicas"),
+    ("--router", "router"),
 )
 
 
@@ -757,6 +762,9 @@ def _run_serving(args: argparse.Namespace) -> int:
                 " the trace's cached_tokens column (--scheduler planner honours it)[/]",
                 highlight=False,
             )
+    replicas, router = fleet_of(args)
+    if not args.quiet and not args.json and (args.replicas or args.router):
+        console.print(f"[bold]fleet[/]: {replicas} replica(s), {router} router", highlight=False)
     started = time.perf_counter()
     results = simulate_serving(
         workload,
@@ -770,6 +778,8 @@ def _run_serving(args: argparse.Namespace) -> int:
         slo_tpot_s=args.slo_tpot,
         slo_tbt_s=args.slo_tbt,
         max_steps=args.max_steps,
+        replicas=replicas,
+        router=router,
     )
     wall = time.perf_counter() - started
     return _report(args, console, results, workload, wall, f"serving scheduler, {backend} loop")
