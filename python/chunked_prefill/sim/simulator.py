@@ -254,6 +254,12 @@ class StepRecord:
         return self.end_s - self.start_s
 
 
+def _no_requests() -> npt.NDArray[np.uint64]:
+    import numpy as np
+
+    return np.zeros(0, dtype=np.uint64)
+
+
 @dataclass(frozen=True)
 class ServingStats:
     """The figures only a memory-true (serving scheduler) run has."""
@@ -286,8 +292,8 @@ class ServingStats:
     figures are per replica: ``kv_usage_mean`` over every replica's busy time,
     ``kv_usage_peak`` the fullest replica's, ``num_blocks`` one replica's pool)."""
     router: str = "round-robin"
-    replica: npt.NDArray[np.uint64] | None = field(default=None, repr=False, compare=False)
-    """Per request: the replica it was routed to."""
+    replica: npt.NDArray[np.uint64] = field(default_factory=_no_requests, repr=False, compare=False)
+    """Per request: the replica it was routed to (empty when not recorded)."""
 
 
 @dataclass(frozen=True)
@@ -369,7 +375,7 @@ class SimResult:
                 }
             )
             out["config"].update(replicas=s.replicas, router=s.router)
-            if s.replicas > 1 and s.replica is not None:
+            if s.replicas > 1:
                 import numpy as np
 
                 counts = np.bincount(s.replica.astype(np.int64), minlength=s.replicas)
