@@ -285,11 +285,15 @@ impl Loop<'_> {
         if known {
             wl.tokens.fill(i, prompt, &mut self.ids);
         }
-        let loads: Vec<u128> = self.replicas.iter().map(|r| r.load).collect();
-        let (replicas, ids) = (&self.replicas, &self.ids);
-        let mut cached = |r: usize| replicas[r].sched.cached_prefix_tokens(ids, 0);
-        let cached: Option<&mut dyn FnMut(usize) -> u128> = known.then_some(&mut cached);
-        let r = self.router.pick(self.next as u64, &loads, cached);
+        let r = if self.replicas.len() == 1 {
+            0 // the single-engine loop: no routing work
+        } else {
+            let loads: Vec<u128> = self.replicas.iter().map(|r| r.load).collect();
+            let (replicas, ids) = (&self.replicas, &self.ids);
+            let mut cached = |r: usize| replicas[r].sched.cached_prefix_tokens(ids, 0);
+            let cached: Option<&mut dyn FnMut(usize) -> u128> = known.then_some(&mut cached);
+            self.router.pick(self.next as u64, &loads, cached)
+        };
         let request = if known {
             Prompt::Tokens(self.ids.clone())
         } else {
