@@ -195,7 +195,7 @@ def test_the_binding_refuses_bad_fleets_too() -> None:
         "max_running": 1,
         "watermark": 0.0,
         "prefix_caching": True,
-        "engine": (1.0, 0.0, 0.0, 0.0, 0.0),
+        "engine": (1.0, 0.0, 0.0, 0.0, 0.0, 0.0),
         "max_steps": 10,
     }
     arrays = (np.zeros(1).tobytes(), np.ones(1, "<u8").tobytes(), np.ones(1, "<u8").tobytes())

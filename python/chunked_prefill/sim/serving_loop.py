@@ -184,6 +184,7 @@ class _Fleet:
         start = self.now
         pairs = 0
         context = 0
+        chunk_sq = 0
         for rid in batch.preempted:
             rec["preemptions"][rid] += 1
         for item in batch.items:
@@ -193,12 +194,13 @@ class _Fleet:
                 rec["cached_tokens"][i] = item.cached_tokens
             if item.is_prefill:
                 pairs += item.tokens * item.start + item.tokens * (item.tokens + 1) // 2
+                chunk_sq += item.tokens * item.tokens
                 if rec["preemptions"][i] > 0:
                     rec["recomputed_tokens"][i] += item.tokens
             else:
                 context += item.start + 1
         duration = self.engine.step_time(
-            batch.num_prefill_tokens, batch.num_decode_tokens, pairs, context
+            batch.num_prefill_tokens, batch.num_decode_tokens, pairs, context, chunk_sq
         )
         used = self.config["num_blocks"] - batch.num_free_blocks
         self.fleet_used += used - rep.held

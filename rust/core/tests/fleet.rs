@@ -14,6 +14,7 @@ const ONE_SECOND: EngineModel = EngineModel {
     c_tok_s: 0.0,
     c_attn_s: 0.0,
     c_kv_s: 0.0,
+    c_chunk_sq_s: 0.0,
 };
 
 /// One prefill per step, room for everything else; blocks of 4 tokens.

@@ -17,7 +17,7 @@ mod router;
 mod run;
 mod workload;
 
-pub use engine::{chunk_pairs, EngineModel};
+pub use engine::{chunk_pairs, EngineModel, StepShape};
 pub use metrics::{Outcome, KV_SERIES_CAP};
 pub use router::{outstanding, Fleet, Router};
 pub use run::{check_fits, run, run_fleet, SimError, SimOptions};

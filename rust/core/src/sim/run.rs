@@ -12,7 +12,7 @@
 
 use std::fmt;
 
-use super::engine::{chunk_pairs, EngineModel};
+use super::engine::{EngineModel, StepShape};
 use super::metrics::Outcome;
 use super::router::{outstanding, Fleet, Router};
 use super::workload::Workload;
@@ -330,7 +330,7 @@ impl Loop<'_> {
         }
         let out = &mut self.out;
         let start = self.now;
-        let (mut pairs, mut context) = (0u128, 0u128);
+        let mut shape = StepShape::default();
         for &id in batch.preempted() {
             out.preemptions[id as usize] += 1;
         }
@@ -341,17 +341,19 @@ impl Loop<'_> {
                 out.cached_tokens[i] = item.cached_tokens as u64;
             }
             if item.is_prefill {
-                pairs += chunk_pairs(item.start, item.tokens as u128);
+                shape.add_chunk(item.start, item.tokens as u64);
                 if out.preemptions[i] > 0 {
                     out.recomputed_tokens[i] += item.tokens as u64;
                 }
             } else {
-                context += item.start + 1;
+                shape.add_decode(item.start + 1);
             }
         }
         let prefill = batch.num_prefill_tokens() as u64;
         let decode = batch.num_decode_tokens() as u64;
-        let duration = self.engine.step_time(prefill, decode, pairs, context);
+        // The batch's own counts (as the pure loop reads them), not the sums of the items.
+        (shape.prefill_tokens, shape.decode_tokens) = (prefill, decode);
+        let duration = self.engine.step_time(&shape);
         let used = (num_blocks - batch.num_free_blocks()) as u64;
         self.fleet_used = self.fleet_used - replica.held + used;
         replica.held = used;
