@@ -180,6 +180,42 @@ def test_trace_command_reproduces_the_run_at_capacity(capsys: pytest.CaptureFixt
     _reproduce(capsys, [*argv, "--slo-tpot", "0.05", "--prompt-scale", "2", "--c-kv", "2e-7"])
 
 
+def test_fleet_grid_reproduces_its_best_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """Replicas and routers are axes of the grid; the capacity and GPUs are the fleet's,
+    and the best fleet's command line carries --replicas and --router."""
+    argv = ["--requests", "200", "--chunk-size", "512", "--replicas", "1,2"]
+    argv += ["--router", "round-robin,least-loaded", "--rank-by", "per-gpu", *SLO]
+    code, out, err = _cli(capsys, "search", *argv, "--workers", "1", "--json")
+    assert code == 0, err
+    items = json.loads(out)
+    fleets = [(it["config"]["replicas"], it["config"]["router"]) for it in items]
+    # One replica has nothing to route: searched once, with the first router.
+    assert sorted(fleets) == [(1, "round-robin"), (2, "least-loaded"), (2, "round-robin")]
+    per_gpu = [it["capacity_per_gpu_rps"] for it in items]
+    assert per_gpu == sorted(per_gpu, reverse=True)
+    for it in items:
+        assert it["gpus"] == it["config"]["replicas"]
+        assert it["capacity_per_gpu_rps"] == it["capacity_rps"] / it["gpus"]
+        assert it["at_capacity"]["config"]["replicas"] == it["config"]["replicas"]
+    two = max(it["capacity_rps"] for it in items if it["config"]["replicas"] == 2)
+    one = max(it["capacity_rps"] for it in items if it["config"]["replicas"] == 1)
+    assert two > one
+    _reproduce(
+        capsys,
+        [
+            "--requests",
+            "200",
+            "--chunk-size",
+            "512",
+            "--replicas",
+            "2",
+            *SLO,
+            "--router",
+            "least-loaded",
+        ],
+    )
+
+
 def test_table_ranks_and_names_the_best(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--requests", "100", "--chunk-size", "256,none", "--gpu-cost", "2", *SLO]
     code, out, err = _cli(capsys, "search", *argv, "--workers", "1")
@@ -257,7 +293,7 @@ def no_search(monkeypatch: pytest.MonkeyPatch) -> None:
         ([*SLO, "--precision", "0"], ["argument --precision: ", "'0'"]),
         ([*SLO, "--precision", "nan"], ["argument --precision: ", "'nan'"]),
         ([*SLO, "--workers", "0"], ["argument --workers: ", "'0'"]),
-        ([*SLO, "--replicas", "2"], ["argument --replicas: ", "'2'"]),
+        ([*SLO, "--replicas", "2,0"], ["argument --replicas: ", "'0'", "[1, 4096]"]),
         ([*SLO, "--router", "random"], ["argument --router: ", "'random'", "least-loaded"]),
         ([*SLO, "--engine", "llama2-7b-a100,gpt"], ["argument --engine: ", "'gpt'"]),
         ([*SLO, "--gpu-cost", "-1"], ["argument --gpu-cost: ", "'-1'"]),
@@ -301,7 +337,7 @@ def test_trace_whose_arrivals_span_no_time_is_refused(
         ({}, "give at least one SLO"),
         ({"slo_ttft_s": 1.0, "attainment": 0.0}, "attainment must be a fraction in (0, 1]"),
         ({"slo_ttft_s": 1.0, "precision": 2.0}, "precision must be a fraction in (0, 1]"),
-        ({"slo_ttft_s": 1.0, "replicas": [2]}, "replicas 2: the fleet simulation"),
+        ({"slo_ttft_s": 1.0, "replicas": [0]}, "replicas must be between 1 and 4096, got 0"),
         ({"slo_ttft_s": 1.0, "routers": ["x"]}, "router must be one of"),
         ({"slo_ttft_s": 1.0, "engines": ["gpt"]}, "unknown engine preset 'gpt'"),
         ({"slo_ttft_s": 1.0, "rank_by": "x"}, "rank_by must be one of"),

@@ -332,6 +332,7 @@ class ServingScheduler:
         priority: int = 0,
         cache_salt: int = 0,
     ) -> None: ...
+    def cached_prefix_tokens(self, prompt: Sequence[int] | Any, *, cache_salt: int = 0) -> int: ...
     def schedule(self) -> Batch: ...
     def update(
         self,
@@ -387,6 +388,8 @@ def simulate_serving(
     prefix_caching: bool,
     engine: tuple[float, float, float, float, float, float],
     max_steps: int,
+    replicas: int = 1,
+    router: str = "round-robin",
 ) -> dict[str, Any]:
     """Run the serving simulation loop of the core (``chunked_prefill.sim.serving``).
 

@@ -37,6 +37,7 @@ from .engine import (
     ProfileError,
     load_profile,
 )
+from .fleet_cli import add_fleet_arguments, fleet_of
 from .report import PLOT_HINT, PlotUnavailable, print_table, results_to_json
 from .serving import (
     ServingSimConfig,
@@ -132,6 +133,7 @@ _on_off.__name__ = "'on' or 'off'"
 def _configure(p: argparse.ArgumentParser) -> None:
     add_workload_flags(p)
     add_scheduler_flags(p)
+    add_fleet_arguments(p)
     add_engine_flags(p)
     add_slo_flags(p)
     _add_output_flags(p)
@@ -642,6 +644,8 @@ _SERVING_ONLY = (
     ("--slo-ttft", "slo_ttft"),
     ("--slo-tpot", "slo_tpot"),
     ("--slo-tbt", "slo_tbt"),
+    ("--replicas", "replicas"),
+    ("--router", "router"),
 )
 
 
@@ -841,6 +845,9 @@ def _run_serving(args: argparse.Namespace) -> int:
                 " the trace's cached_tokens column (--scheduler planner honours it)[/]",
                 highlight=False,
             )
+    replicas, router = fleet_of(args)
+    if not args.quiet and not args.json and (args.replicas or args.router):
+        console.print(f"[bold]fleet[/]: {replicas} replica(s), {router} router", highlight=False)
     started = time.perf_counter()
     results = simulate_serving(
         workload,
@@ -854,6 +861,8 @@ def _run_serving(args: argparse.Namespace) -> int:
         slo_tpot_s=args.slo_tpot,
         slo_tbt_s=args.slo_tbt,
         max_steps=args.max_steps,
+        replicas=replicas,
+        router=router,
     )
     wall = time.perf_counter() - started
     return _report(args, console, results, workload, wall, f"serving scheduler, {backend} loop")

@@ -334,6 +334,9 @@ def plot_title(results: Sequence[SimResult], workload: str | None = None) -> str
     pools = sorted({r.serving.num_blocks for r in results if r.serving is not None})
     if pools:
         scheduler = f"serving scheduler, {', '.join(map(str, pools))} KV blocks"
+        fleets = sorted({(r.serving.replicas, r.serving.router) for r in results if r.serving})
+        if fleets != [(1, "round-robin")]:
+            scheduler += "; " + ", ".join(f"{n} replicas, {router}" for n, router in fleets)
     else:
         scheduler = "planner, no memory limit"
     return f"{workload}\nengine: {', '.join(engines) or '-'}; scheduler: {scheduler}"
@@ -432,7 +435,8 @@ def _kv_panel(ax: Any, results: Sequence[SimResult]) -> None:
         s = r.serving
         if s is None or not s.kv_series_t.size:
             continue
-        used = s.kv_series_blocks.astype(float) / s.num_blocks
+        # A fleet's series counts every replica's blocks: its pool is replicas x num_blocks.
+        used = s.kv_series_blocks.astype(float) / (s.num_blocks * s.replicas)
         ax.plot(
             s.kv_series_t,
             used,

@@ -25,9 +25,9 @@ from typing import Any
 
 from .engine import DEFAULT_GPU_MEMORY_UTILIZATION, EngineModel
 from .rate_search import RateSearch
+from .router import check_fleet
 from .search_runners import PoolRunner, ProbeContext, RayRunner, Runner, SerialRunner
 from .search_space import (
-    ROUTERS,
     EngineSpec,
     RateWorkload,
     SearchPoint,
@@ -156,18 +156,11 @@ def _points(
     for what, values in (("configs", cfgs), ("engines", specs), ("replicas", replicas)):
         if not values:
             raise ValueError(f"{what} must not be empty")
-    for n in replicas:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"replicas must be ints >= 1, got {n!r}")
-        if n != 1:
-            raise ValueError(
-                f"replicas {n}: the fleet simulation is not available yet; use replicas=1"
-            )
     if not routers:
         raise ValueError("routers must not be empty")
-    for r in routers:
-        if r not in ROUTERS:
-            raise ValueError(f"router must be one of {', '.join(ROUTERS)}, got {r!r}")
+    for n in replicas:
+        for r in routers:
+            check_fleet(n, r)
     return grid(cfgs, specs, list(dict.fromkeys(replicas)), list(dict.fromkeys(routers)))
 
 

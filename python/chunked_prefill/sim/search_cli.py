@@ -32,8 +32,9 @@ from .cli import (
 )
 from .engine import DEFAULT_GPU_MEMORY_UTILIZATION, MEMORY_PRESETS, ProfileError
 from .report import PLOT_HINT, PlotUnavailable
+from .router import MAX_REPLICAS, ROUTERS
 from .search import DEFAULT_ATTAINMENT, DEFAULT_PRECISION, RANK_BY, search
-from .search_space import ROUTERS, EngineSpec, RateWorkload, SyntheticWorkload
+from .search_space import EngineSpec, RateWorkload, SyntheticWorkload
 from .serving import ServingSimConfig
 from .simulator import DEFAULT_STALL_THRESHOLD_S, StepLimitError, backend_name, resolve_backend
 from .workload import DEFAULT_RATE, DEFAULT_REQUESTS, TraceError, Workload
@@ -79,13 +80,14 @@ def _configure(p: argparse.ArgumentParser) -> None:
     )
     add_scheduler_flags(p, planner=False)
     add_engine_flags(p, engine_list=True)
-    f = p.add_argument_group("fleet")
+    f = p.add_argument_group("fleet (comma lists; latency, throughput and goodput are the fleet's)")
     f.add_argument(
         "--replicas",
-        type=list_of(int_flag(1, 1)),
+        type=list_of(int_flag(1, MAX_REPLICAS)),
         default=[1],
         metavar="LIST",
-        help="replicas behind the router (the fleet simulation is not available yet: 1)",
+        help="identical replicas behind the router, each its own serving scheduler, KV pool"
+        f" and engine, 1 to {MAX_REPLICAS}; the capacity is the fleet's (default: 1)",
     )
     f.add_argument(
         "--router",
@@ -480,6 +482,8 @@ def reproduce_command(args: argparse.Namespace, item: dict[str, Any]) -> str:
     words = ["chunked-prefill", "simulate", *_workload_flags(args)]
     words += ["--rate", repr(item["capacity_rps"])]
     words += _config_flags(config)
+    if config["replicas"] != 1 or config["router"] != "round-robin":
+        words += ["--replicas", str(config["replicas"]), "--router", config["router"]]
     words += _engine_flags(args, preset)
     for flag, value in (
         ("--slo-ttft", args.slo_ttft),

@@ -67,6 +67,8 @@ def run_probe(ctx: ProbeContext, index: int, rate: float) -> Done:
         slo_tpot_s=ctx.slo.get("tpot_s"),
         slo_tbt_s=ctx.slo.get("tbt_s"),
         max_steps=ctx.max_steps,
+        replicas=point.replicas,
+        router=point.router,
     )
     assert result.serving is not None and result.serving.slo_attainment is not None
     doc: dict[str, Any] = json.loads(results_to_json([result], indent=None))[0]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .engine import ENGINE_PRESETS, MEMORY_PRESETS, EngineModel, KVMemory
+from .router import ROUTERS
 from .serving import ServingSimConfig, memory_of
 from .workload import DEFAULT_REQUESTS, Workload, default_workload
 
@@ -29,9 +30,6 @@ __all__ = [
     "engine_spec",
     "grid",
 ]
-
-ROUTERS = ("round-robin", "least-loaded", "prefix-aware")
-"""How a fleet of replicas assigns arriving requests (one replica: no difference)."""
 
 
 class RateWorkload(Protocol):
@@ -132,11 +130,12 @@ def grid(
     replicas: Sequence[int],
     routers: Sequence[str],
 ) -> list[SearchPoint]:
-    """The cross product, engines slowest, then replicas, routers and configurations."""
+    """The cross product, engines slowest, then replicas, routers and configurations. One
+    replica has nothing to route: it is searched once, with the first router."""
     return [
         SearchPoint(cfg, eng, n, router)
         for eng in engines
         for n in replicas
-        for router in routers
+        for router in (routers if n > 1 else routers[:1])
         for cfg in configs
     ]

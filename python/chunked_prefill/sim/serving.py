@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .engine import (
@@ -26,6 +26,7 @@ from .engine import (
     EngineModel,
     KVMemory,
 )
+from .router import check_fleet
 from .serving_loop import SimLoopError, check_fits, run_loop
 from .simulator import (
     DEFAULT_STALL_THRESHOLD_S,
@@ -212,7 +213,12 @@ def _bytes(values: Sequence[Any], dtype: str) -> bytes:
 
 
 def _run_rust(
-    workload: Workload, options: dict[str, Any], engine: EngineModel, max_steps: int
+    workload: Workload,
+    options: dict[str, Any],
+    engine: EngineModel,
+    max_steps: int,
+    replicas: int,
+    router: str,
 ) -> dict[str, Any]:
     import numpy as np
 
@@ -240,6 +246,8 @@ def _run_rust(
             engine.c_chunk_sq_s,
         ),
         max_steps=max_steps,
+        replicas=replicas,
+        router=router,
         **options,
     )
     floats = ("admitted", "first_token", "finish", "max_gap", "gap_values", "kv_series_t")
@@ -263,8 +271,15 @@ def simulate_serving(
     slo_tpot_s: float | None = None,
     slo_tbt_s: float | None = None,
     max_steps: int = 10_000_000,
+    replicas: int = 1,
+    router: str = "round-robin",
 ) -> list[SimResult]:
     """Run ``workload`` through the serving scheduler once per configuration.
+
+    ``replicas`` identical replicas (each its own scheduler and engine clock, each with the
+    configuration's pool) serve it behind ``router`` (``"round-robin"``, ``"least-loaded"``
+    or ``"prefix-aware"``, see :mod:`.router`); latency, throughput and goodput are the
+    fleet's. One replica is the single-engine simulation.
 
     ``num_blocks`` is the pool of configurations that do not set one (default: ``memory``,
     else the engine preset's (:func:`memory_of`), at ``gpu_memory_utilization`` and the
@@ -287,6 +302,7 @@ def simulate_serving(
         raise ValueError("the workload holds no requests")
     if backend not in ("rust", "pure"):
         raise ValueError(f"backend must be 'rust' or 'pure', got {backend!r}")
+    check_fleet(replicas, router)
     slo = {
         k: v
         for k, v in (("ttft_s", slo_ttft_s), ("tpot_s", slo_tpot_s), ("tbt_s", slo_tbt_s))
@@ -307,18 +323,20 @@ def simulate_serving(
     for cfg, options in zip(cfg_list, resolved):
         try:
             if backend == "rust":
-                raw = _run_rust(workload, options, engine, max_steps)
+                raw = _run_rust(workload, options, engine, max_steps, replicas, router)
             else:
-                raw = run_loop(workload, options, engine, max_steps)
+                raw = run_loop(workload, options, engine, max_steps, replicas, router)
         except ValueError as err:
             if str(err).startswith("reached the limit"):
                 reason = str(err).split(" steps with ", 1)[-1]
                 raise StepLimitError(cfg, max_steps, max_steps, reason, estimated=False) from None
             raise
         arrays = {k: np.asarray(v) for k, v in raw.items() if isinstance(v, (list, np.ndarray))}
-        results.append(
-            _summarise(workload, cfg, options, engine, raw, arrays, stall_threshold_s, slo)
-        )
+        result = _summarise(workload, cfg, options, engine, raw, arrays, stall_threshold_s, slo)
+        assert result.serving is not None
+        replica = arrays["replica"].astype(np.uint64)
+        stats = replace(result.serving, replicas=replicas, router=router, replica=replica)
+        results.append(replace(result, serving=stats))
     return results
 
 

@@ -256,6 +256,12 @@ class StepRecord:
         return self.end_s - self.start_s
 
 
+def _no_requests() -> npt.NDArray[np.uint64]:
+    import numpy as np
+
+    return np.zeros(0, dtype=np.uint64)
+
+
 @dataclass(frozen=True)
 class ServingStats:
     """The figures only a memory-true (serving scheduler) run has."""
@@ -283,6 +289,13 @@ class ServingStats:
     """Per request: its longest gap between two tokens."""
     preempted: npt.NDArray[np.uint64] = field(repr=False, compare=False)
     """Per request: times it was preempted."""
+    replicas: int = 1
+    """Identical replicas behind the router (the figures above are the fleet's; the KV
+    figures are per replica: ``kv_usage_mean`` over every replica's busy time,
+    ``kv_usage_peak`` the fullest replica's, ``num_blocks`` one replica's pool)."""
+    router: str = "round-robin"
+    replica: npt.NDArray[np.uint64] = field(default_factory=_no_requests, repr=False, compare=False)
+    """Per request: the replica it was routed to (empty when not recorded)."""
 
 
 @dataclass(frozen=True)
@@ -363,6 +376,12 @@ class SimResult:
                     "input_throughput_tok_s": s.input_throughput_tok_s,
                 }
             )
+            out["config"].update(replicas=s.replicas, router=s.router)
+            if s.replicas > 1:
+                import numpy as np
+
+                counts = np.bincount(s.replica.astype(np.int64), minlength=s.replicas)
+                out["replica_requests"] = [int(c) for c in counts]
             if s.slo:
                 out["slo"] = dict(s.slo)
                 out["slo_attainment"] = s.slo_attainment

@@ -13,10 +13,12 @@
 
 mod engine;
 mod metrics;
+mod router;
 mod run;
 mod workload;
 
 pub use engine::{chunk_pairs, EngineModel, StepShape};
 pub use metrics::{Outcome, KV_SERIES_CAP};
-pub use run::{check_fits, run, SimError, SimOptions};
+pub use router::{outstanding, Fleet, Router};
+pub use run::{check_fits, run, run_fleet, SimError, SimOptions};
 pub use workload::{token_id, TokenPlan, Workload, NO_GROUP};
