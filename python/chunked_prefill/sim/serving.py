@@ -23,9 +23,9 @@ from .engine import (
     DEFAULT_ENGINE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     MEMORY_PRESETS,
-    EngineModel,
     KVMemory,
 )
+from .roofline import RooflineModel, StepTimeModel
 from .serving_loop import SimLoopError, check_fits, run_loop
 from .simulator import (
     DEFAULT_STALL_THRESHOLD_S,
@@ -152,7 +152,7 @@ def expand_serving_configs(
     return out
 
 
-def memory_of(engine: EngineModel | str) -> KVMemory:
+def memory_of(engine: StepTimeModel | str) -> KVMemory:
     """The KV memory of an engine preset (by name, or the model's ``name``); the default
     preset's for a model of another name."""
     name = engine if isinstance(engine, str) else engine.name
@@ -160,7 +160,7 @@ def memory_of(engine: EngineModel | str) -> KVMemory:
 
 
 def default_num_blocks(
-    engine: EngineModel | str,
+    engine: StepTimeModel | str,
     block_size: int = 16,
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
 ) -> int:
@@ -171,7 +171,7 @@ def default_num_blocks(
 def resolve_configs(
     workload: Workload,
     configs: Sequence[ServingSimConfig],
-    engine: EngineModel = DEFAULT_ENGINE,
+    engine: StepTimeModel = DEFAULT_ENGINE,
     num_blocks: int | None = None,
     memory: KVMemory | None = None,
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -212,13 +212,25 @@ def _bytes(values: Sequence[Any], dtype: str) -> bytes:
 
 
 def _run_rust(
-    workload: Workload, options: dict[str, Any], engine: EngineModel, max_steps: int
+    workload: Workload, options: dict[str, Any], engine: StepTimeModel, max_steps: int
 ) -> dict[str, Any]:
     import numpy as np
 
     from .. import _core
 
     plan = TokenPlan(workload)
+    roofline: list[float] | None = None
+    linear_coefficients = (0.0, 0.0, 0.0, 0.0, 0.0)
+    if isinstance(engine, RooflineModel):
+        roofline = engine.coefficients()
+    else:
+        linear_coefficients = (
+            engine.t_min_s,
+            engine.c0_s,
+            engine.c_tok_s,
+            engine.c_attn_s,
+            engine.c_kv_s,
+        )
     raw: dict[str, Any] = _core.simulate_serving(
         _bytes(workload.arrival_s, "<f8"),
         _bytes(workload.prompt_tokens, "<u8"),
@@ -231,8 +243,9 @@ def _run_rust(
         plan.hash_block,
         _bytes(plan.hash_offsets, "<u8"),
         _bytes(plan.hash_ids, "<u8"),
-        engine=(engine.t_min_s, engine.c0_s, engine.c_tok_s, engine.c_attn_s, engine.c_kv_s),
+        engine=linear_coefficients,
         max_steps=max_steps,
+        roofline=roofline,
         **options,
     )
     floats = ("admitted", "first_token", "finish", "max_gap", "gap_values", "kv_series_t")
@@ -246,7 +259,7 @@ def simulate_serving(
     workload: Workload,
     configs: ServingSimConfig | Iterable[ServingSimConfig] | None = None,
     *,
-    engine: EngineModel = DEFAULT_ENGINE,
+    engine: StepTimeModel = DEFAULT_ENGINE,
     num_blocks: int | None = None,
     memory: KVMemory | None = None,
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -319,7 +332,7 @@ def _summarise(
     workload: Workload,
     cfg: ServingSimConfig,
     options: dict[str, Any],
-    engine: EngineModel,
+    engine: StepTimeModel,
     raw: dict[str, Any],
     a: dict[str, Any],
     threshold: float,

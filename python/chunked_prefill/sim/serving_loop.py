@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from ..pure_serving import ServingConfig, ServingScheduler
-from .engine import EngineModel
+from .roofline import RooflineModel, StepTimeModel
 from .tokens import TokenPlan
 from .workload import Workload
 
@@ -40,7 +40,7 @@ def check_fits(workload: Workload, config: dict[str, Any]) -> None:
 
 
 def run_loop(
-    workload: Workload, config: dict[str, Any], engine: EngineModel, max_steps: int
+    workload: Workload, config: dict[str, Any], engine: StepTimeModel, max_steps: int
 ) -> dict[str, Any]:
     """Run ``workload`` through the pure ``ServingScheduler(ServingConfig(**config))``;
     returns the records ``_core.simulate_serving`` returns, as lists."""
@@ -98,6 +98,7 @@ def run_loop(
         start = now
         pairs = 0
         context = 0
+        chunks = 0
         for rid in batch.preempted:
             rec["preemptions"][rid] += 1
         for item in batch.items:
@@ -107,13 +108,17 @@ def run_loop(
                 rec["cached_tokens"][r] = item.cached_tokens
             if item.is_prefill:
                 pairs += item.tokens * item.start + item.tokens * (item.tokens + 1) // 2
+                chunks += 1
                 if rec["preemptions"][r] > 0:
                     rec["recomputed_tokens"][r] += item.tokens
             else:
                 context += item.start + 1
         prefill = batch.num_prefill_tokens
         decode = batch.num_decode_tokens
-        duration = engine.step_time(prefill, decode, pairs, context)
+        if isinstance(engine, RooflineModel):
+            duration = engine.step_time(prefill, decode, pairs, context, chunks)
+        else:
+            duration = engine.step_time(prefill, decode, pairs, context)
         now = start + duration
         used = config["num_blocks"] - batch.num_free_blocks
         _kv(rec, used, duration, now)

@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Union
 
-from .engine import DEFAULT_ENGINE, EngineModel
+from .engine import DEFAULT_ENGINE
+from .roofline import RooflineModel, StepTimeModel
 from .workload import Request, Workload
 
 if TYPE_CHECKING:
@@ -302,7 +303,7 @@ class SimResult:
     prefill_tokens: int
     """Prompt tokens prefilled (cached ones excluded)."""
     output_tokens: int
-    engine: EngineModel
+    engine: StepTimeModel
     arrival: npt.NDArray[np.float64] = field(repr=False, compare=False)
     """Per request (workload order): arrival time."""
     admitted: npt.NDArray[np.float64] = field(repr=False, compare=False)
@@ -407,7 +408,7 @@ def simulate(
     workload: Workload | Sequence[Request],
     configs: SimConfig | Iterable[SimConfig] | None = None,
     *,
-    engine: EngineModel = DEFAULT_ENGINE,
+    engine: StepTimeModel = DEFAULT_ENGINE,
     backend: Backend = "auto",
     stall_threshold_s: float = DEFAULT_STALL_THRESHOLD_S,
     record_steps: bool = False,
@@ -600,7 +601,7 @@ def min_steps(workload: Workload, cfg: SimConfig) -> tuple[int, str]:
 def _run(
     wl: Workload,
     cfg: SimConfig,
-    engine: EngineModel,
+    engine: StepTimeModel,
     module: ModuleType,
     stall_threshold: float,
     record: bool,
@@ -650,11 +651,14 @@ def _run(
     gap_w: list[int] = []
     stalls = 0
     thr = stall_threshold
-    t_min = engine.t_min_s
-    c0 = engine.c0_s
-    c_tok = engine.c_tok_s
-    c_attn = engine.c_attn_s
-    c_kv = engine.c_kv_s
+    roof = engine if isinstance(engine, RooflineModel) else None
+    t_min = c0 = c_tok = c_attn = c_kv = 0.0
+    if not isinstance(engine, RooflineModel):
+        t_min = engine.t_min_s
+        c0 = engine.c0_s
+        c_tok = engine.c_tok_s
+        c_attn = engine.c_attn_s
+        c_kv = engine.c_kv_s
     max_running = cfg.max_running
     log: list[StepRecord] | None = [] if record else None
 
@@ -721,10 +725,13 @@ def _run(
                     k -= 1
                 else:
                     dead -= 1
-        lin = c0 + c_tok * (ptok + d)
-        if lin < t_min:
-            lin = t_min
-        dur = lin + c_attn * attn + c_kv * kv
+        if roof is not None:
+            dur = roof.step_time(ptok, d, attn, kv, len(step.chunks))
+        else:
+            lin = c0 + c_tok * (ptok + d)
+            if lin < t_min:
+                lin = t_min
+            dur = lin + c_attn * attn + c_kv * kv
         now = start_t + dur
         steps += 1
         if steps > max_steps:

@@ -3,8 +3,9 @@
 
 use std::fmt;
 
-use super::engine::{chunk_pairs, EngineModel};
+use super::engine::chunk_pairs;
 use super::metrics::Outcome;
+use super::step::{StepModel, StepShape};
 use super::workload::Workload;
 use crate::serving::{Prompt, ServingConfig, ServingScheduler, TokenIds};
 
@@ -14,7 +15,7 @@ pub struct SimOptions {
     /// The serving scheduler's configuration (its pool is the engine's KV cache).
     pub config: ServingConfig,
     /// The engine's step-time model.
-    pub engine: EngineModel,
+    pub engine: StepModel,
     /// Stop with [`SimError::StepLimit`] after this many steps.
     pub max_steps: u64,
 }
@@ -189,7 +190,7 @@ impl Loop<'_> {
 
     /// Plan, time, report back and record one step. An empty plan (nothing fits until
     /// something arrives) moves the clock to the next arrival.
-    fn step(&mut self, engine: &EngineModel) {
+    fn step(&mut self, engine: &StepModel) {
         let num_blocks = self.sched.config().num_blocks;
         let Ok(batch) = self.sched.schedule() else {
             return;
@@ -204,7 +205,7 @@ impl Loop<'_> {
         }
         let out = &mut self.out;
         let start = self.now;
-        let (mut pairs, mut context) = (0u128, 0u128);
+        let (mut pairs, mut context, mut chunks) = (0u128, 0u128, 0u64);
         for &id in batch.preempted() {
             out.preemptions[id as usize] += 1;
         }
@@ -216,6 +217,7 @@ impl Loop<'_> {
             }
             if item.is_prefill {
                 pairs += chunk_pairs(item.start, item.tokens as u128);
+                chunks += 1;
                 if out.preemptions[r] > 0 {
                     out.recomputed_tokens[r] += item.tokens as u64;
                 }
@@ -225,7 +227,13 @@ impl Loop<'_> {
         }
         let prefill = batch.num_prefill_tokens() as u64;
         let decode = batch.num_decode_tokens() as u64;
-        let duration = engine.step_time(prefill, decode, pairs, context);
+        let duration = engine.step_time(&StepShape {
+            prefill_tokens: prefill,
+            decode_tokens: decode,
+            prefill_chunks: chunks,
+            attention_pairs: pairs,
+            decode_context_tokens: context,
+        });
         self.now = start + duration;
         let used = (num_blocks - batch.num_free_blocks()) as u64;
         out.kv(used, duration, self.now);
