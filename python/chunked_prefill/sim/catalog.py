@@ -192,6 +192,9 @@ class GpuSpec:
     """Achieved fraction of ``peak_flops`` in the linear layers' GEMMs."""
     attention_efficiency: float = 0.65
     """Achieved fraction of ``peak_flops`` in prefill attention (FlashAttention)."""
+    chunk_attention_efficiency: float = 0.26
+    """The fraction of ``peak_flops`` at which a chunk's attention among its own tokens is
+    charged again (a cost per squared chunk token, seen in Vidur's profiles)."""
     hbm_efficiency: float = 0.85
     """Achieved fraction of ``hbm_bandwidth`` reading weights and KV."""
     link_efficiency: float = 0.80
@@ -305,6 +308,7 @@ GPUS: dict[str, GpuSpec] = {
         hbm_bandwidth=3.35e12,
         memory_bytes=80 * GIB,
         link_bandwidth=450e9,
+        chunk_attention_efficiency=0.20,
         step_overhead_s=2.9e-3,
         source=_NVIDIA.format("h100") + " (SXM: 989 TFLOP/s bf16 dense, 3.35 TB/s,"
         " NVLink 900 GB/s = 450 GB/s per direction)",
@@ -315,6 +319,7 @@ GPUS: dict[str, GpuSpec] = {
         hbm_bandwidth=4.8e12,
         memory_bytes=141_000_000_000,
         link_bandwidth=450e9,
+        chunk_attention_efficiency=0.20,
         step_overhead_s=2.9e-3,
         source=_NVIDIA.format("h200") + " (SXM: 989 TFLOP/s bf16 dense, 141 GB at 4.8 TB/s,"
         " NVLink 900 GB/s = 450 GB/s per direction)",

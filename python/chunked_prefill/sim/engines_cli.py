@@ -34,8 +34,8 @@ __all__ = ["REFERENCE_STEPS", "add_parser", "add_roofline_flags", "engine_rows",
 PROG = "chunked-prefill engines"
 
 REFERENCE_STEPS = {
-    "decode_s": (0, 64, 0, 64 * 2048, 0),
-    "prefill_s": (2048, 0, 2048 * 2049 // 2, 0, 1),
+    "decode_s": (0, 64, 0, 64 * 2048, 0, 0),
+    "prefill_s": (2048, 0, 2048 * 2049 // 2, 0, 2048 * 2048, 1),
 }
 """Two steps whose roofline times ``engines`` reports (arguments of ``step_time``): 64
 requests decoding at 2 048 tokens of context each, and one 2 048-token prompt chunk on an

@@ -8,7 +8,7 @@ On one GPU of a tensor-parallel group of ``tp``::
       + max(token_s * N + head_row_s * (D + C),                 # linear layers: FLOPs
             dense_read_s + expert_read_s * touched(N))          #   or weight reads
       + pair_s * attention_pairs                                # prefill attention FLOPs
-      + chunk_s * C                                             # fixed cost per chunk
+      + chunk_sq_s * sum over chunks of tokens**2               # attention within a chunk
       + kv_token_s * decode_context_tokens                      # decode attention: KV reads
       + allreduce_call_s + allreduce_token_s * N                # TP all-reduces
 
@@ -55,7 +55,7 @@ COEFFICIENTS = (
     "experts",
     "expert_miss",
     "pair_s",
-    "chunk_s",
+    "chunk_sq_s",
     "kv_token_s",
     "allreduce_call_s",
     "allreduce_token_s",
@@ -87,8 +87,9 @@ class RooflineModel:
     """``1 - k/E``: the chance a token's routing misses a given expert."""
     pair_s: float
     """Prefill attention time per causal (query, key) pair."""
-    chunk_s: float
-    """Fixed cost per prefill chunk."""
+    chunk_sq_s: float
+    """Extra cost per squared token of each chunk: its attention among its own tokens
+    (``pair_s``'s FLOPs at the GPU's ``chunk_attention_efficiency``)."""
     kv_token_s: float
     """Decode attention time per context token (reading its K and V)."""
     allreduce_call_s: float
@@ -125,7 +126,7 @@ class RooflineModel:
             experts=float(experts),
             expert_miss=1.0 - per_tok / experts if experts else 0.0,
             pair_s=pair_flops / (gpu.peak_flops * gpu.attention_efficiency),
-            chunk_s=0.0,
+            chunk_sq_s=pair_flops / (gpu.peak_flops * gpu.chunk_attention_efficiency),
             kv_token_s=model.kv_bytes_per_token(tp) / bandwidth,
             allreduce_call_s=calls * gpu.allreduce_latency_s,
             allreduce_token_s=calls * (2 * (tp - 1) / tp) * hidden * dt / link,
@@ -141,10 +142,12 @@ class RooflineModel:
         decode_tokens: int,
         attention_pairs: int,
         decode_context_tokens: int,
+        prefill_chunk_sq: int = 0,
         prefill_chunks: int = 0,
     ) -> float:
         """The modelled duration of one step, in seconds (the operations of
-        ``Roofline::step_time`` in Rust, in the same order)."""
+        ``Roofline::step_time`` in Rust, in the same order). ``prefill_chunk_sq`` is the
+        sum of the squares of the step's chunk lengths, ``prefill_chunks`` their number."""
         n = prefill_tokens + decode_tokens
         compute = self.token_s * n + self.head_row_s * (decode_tokens + prefill_chunks)
         memory = self.dense_read_s
@@ -152,7 +155,7 @@ class RooflineModel:
             memory += self.expert_read_s * self.experts_touched(n)
         t = self.overhead_s + (compute if compute > memory else memory)
         t += self.pair_s * attention_pairs
-        t += self.chunk_s * prefill_chunks
+        t += self.chunk_sq_s * prefill_chunk_sq
         t += self.kv_token_s * decode_context_tokens
         t += self.allreduce_call_s + self.allreduce_token_s * n
         return t
@@ -163,6 +166,7 @@ class RooflineModel:
         decode_tokens: int,
         attention_pairs: int,
         decode_context_tokens: int,
+        prefill_chunk_sq: int = 0,
         prefill_chunks: int = 0,
     ) -> dict[str, float]:
         """Each term of :meth:`step_time` for one step, in seconds (for reports)."""
@@ -175,7 +179,8 @@ class RooflineModel:
             "overhead": self.overhead_s,
             "linear_compute": compute,
             "linear_memory": memory,
-            "prefill_attention": self.pair_s * attention_pairs + self.chunk_s * prefill_chunks,
+            "prefill_attention": self.pair_s * attention_pairs,
+            "chunk_attention": self.chunk_sq_s * prefill_chunk_sq,
             "decode_attention": self.kv_token_s * decode_context_tokens,
             "allreduce": self.allreduce_call_s + self.allreduce_token_s * n,
         }

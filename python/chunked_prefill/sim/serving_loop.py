@@ -99,6 +99,7 @@ def run_loop(
         pairs = 0
         context = 0
         chunks = 0
+        chunk_sq = 0
         for rid in batch.preempted:
             rec["preemptions"][rid] += 1
         for item in batch.items:
@@ -109,6 +110,7 @@ def run_loop(
             if item.is_prefill:
                 pairs += item.tokens * item.start + item.tokens * (item.tokens + 1) // 2
                 chunks += 1
+                chunk_sq += item.tokens * item.tokens
                 if rec["preemptions"][r] > 0:
                     rec["recomputed_tokens"][r] += item.tokens
             else:
@@ -116,7 +118,7 @@ def run_loop(
         prefill = batch.num_prefill_tokens
         decode = batch.num_decode_tokens
         if isinstance(engine, RooflineModel):
-            duration = engine.step_time(prefill, decode, pairs, context, chunks)
+            duration = engine.step_time(prefill, decode, pairs, context, chunk_sq, chunks)
         else:
             duration = engine.step_time(prefill, decode, pairs, context)
         now = start + duration

@@ -726,7 +726,8 @@ def _run(
                 else:
                     dead -= 1
         if roof is not None:
-            dur = roof.step_time(ptok, d, attn, kv, len(step.chunks))
+            sq = sum(c.tokens * c.tokens for c in step.chunks)
+            dur = roof.step_time(ptok, d, attn, kv, sq, len(step.chunks))
         else:
             lin = c0 + c_tok * (ptok + d)
             if lin < t_min:

@@ -224,7 +224,7 @@ fn roofline_step_time_is_the_python_formula() {
         experts: 0.0,
         expert_miss: 0.0,
         pair_s: 2.6e-9,
-        chunk_s: 1e-4,
+        chunk_sq_s: 1e-9,
         kv_token_s: 0.3e-6,
         allreduce_call_s: 6.4e-4,
         allreduce_token_s: 1e-7,
@@ -247,11 +247,12 @@ fn roofline_step_time_is_the_python_formula() {
         prefill_tokens: 512,
         prefill_chunks: 1,
         attention_pairs: 131_328,
+        prefill_chunk_sq: 262_144,
         ..StepShape::default()
     };
     let mut t = 2.2e-3 + (64e-6 * 512.0 + 1.3e-6 * 1.0);
     t += 2.6e-9 * 131_328.0;
-    t += 1e-4;
+    t += 1e-9 * 262_144.0;
     t += 0.3e-6 * 0.0;
     t += 6.4e-4 + 1e-7 * 512.0;
     assert_eq!(r.step_time(&prefill), t);

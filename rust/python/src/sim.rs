@@ -163,7 +163,7 @@ pub(crate) fn simulate_serving<'py>(
 
 /// The roofline of its 12 coefficients, in the order of Python's `roofline.COEFFICIENTS`.
 fn roofline_of(c: &[f64]) -> PyResult<Roofline> {
-    let &[overhead_s, token_s, head_row_s, dense_read_s, expert_read_s, experts, expert_miss, pair_s, chunk_s, kv_token_s, allreduce_call_s, allreduce_token_s] =
+    let &[overhead_s, token_s, head_row_s, dense_read_s, expert_read_s, experts, expert_miss, pair_s, chunk_sq_s, kv_token_s, allreduce_call_s, allreduce_token_s] =
         c
     else {
         return Err(PyValueError::new_err(format!(
@@ -185,7 +185,7 @@ fn roofline_of(c: &[f64]) -> PyResult<Roofline> {
         experts,
         expert_miss,
         pair_s,
-        chunk_s,
+        chunk_sq_s,
         kv_token_s,
         allreduce_call_s,
         allreduce_token_s,

@@ -26,8 +26,9 @@ pub struct Roofline {
     pub expert_miss: f64,
     /// Prefill attention time per causal (query, key) pair.
     pub pair_s: f64,
-    /// Fixed cost per prefill chunk.
-    pub chunk_s: f64,
+    /// Extra cost per squared token of each prefill chunk (its attention among its own
+    /// tokens).
+    pub chunk_sq_s: f64,
     /// Decode attention time per context token (reading its K and V).
     pub kv_token_s: f64,
     /// All-reduce latency per step.
@@ -73,7 +74,7 @@ impl Roofline {
         }
         let mut t = self.overhead_s + if compute > memory { compute } else { memory };
         t += self.pair_s * shape.attention_pairs as f64;
-        t += self.chunk_s * shape.prefill_chunks as f64;
+        t += self.chunk_sq_s * shape.prefill_chunk_sq as f64;
         t += self.kv_token_s * shape.decode_context_tokens as f64;
         t += self.allreduce_call_s + self.allreduce_token_s * n as f64;
         t
@@ -102,7 +103,7 @@ mod tests {
             experts: 8.0,
             expert_miss: 0.75,
             pair_s: 0.0,
-            chunk_s: 0.0,
+            chunk_sq_s: 0.0,
             kv_token_s: 0.0,
             allreduce_call_s: 0.0,
             allreduce_token_s: 0.0,

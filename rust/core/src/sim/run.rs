@@ -205,7 +205,7 @@ impl Loop<'_> {
         }
         let out = &mut self.out;
         let start = self.now;
-        let (mut pairs, mut context, mut chunks) = (0u128, 0u128, 0u64);
+        let (mut pairs, mut context, mut chunks, mut chunk_sq) = (0u128, 0u128, 0u64, 0u128);
         for &id in batch.preempted() {
             out.preemptions[id as usize] += 1;
         }
@@ -218,6 +218,7 @@ impl Loop<'_> {
             if item.is_prefill {
                 pairs += chunk_pairs(item.start, item.tokens as u128);
                 chunks += 1;
+                chunk_sq += (item.tokens as u128) * (item.tokens as u128);
                 if out.preemptions[r] > 0 {
                     out.recomputed_tokens[r] += item.tokens as u64;
                 }
@@ -233,6 +234,7 @@ impl Loop<'_> {
             prefill_chunks: chunks,
             attention_pairs: pairs,
             decode_context_tokens: context,
+            prefill_chunk_sq: chunk_sq,
         });
         self.now = start + duration;
         let used = (num_blocks - batch.num_free_blocks()) as u64;

@@ -17,6 +17,8 @@ pub struct StepShape {
     pub attention_pairs: u128,
     /// The decoding requests' context lengths, summed.
     pub decode_context_tokens: u128,
+    /// The squares of the chunks' lengths, summed.
+    pub prefill_chunk_sq: u128,
 }
 
 /// The engine's step-time model.
