@@ -112,7 +112,7 @@ def test_moe_reads_the_experts_its_tokens_route_to() -> None:
     dense = 2 * (32 * (ATTN_8B + 4096 * 8) + 32000 * 4096)
     one = engine.step_time(0, 1, 0, 100)
     assert one == pytest.approx(
-        2.9e-3 + (dense + 2 * expert) / bandwidth + 100 * 2 * 32 * 8 * 128 * 2 / bandwidth
+        1.0e-3 + (dense + 2 * expert) / bandwidth + 100 * 2 * 32 * 8 * 128 * 2 / bandwidth
     )
     # Active FLOPs per token: attention, 2 experts, the router.
     flops = 989e12 * 0.65

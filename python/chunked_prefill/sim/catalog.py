@@ -309,7 +309,7 @@ GPUS: dict[str, GpuSpec] = {
         memory_bytes=80 * GIB,
         link_bandwidth=450e9,
         chunk_attention_efficiency=0.20,
-        step_overhead_s=2.9e-3,
+        step_overhead_s=1.0e-3,
         source=_NVIDIA.format("h100") + " (SXM: 989 TFLOP/s bf16 dense, 3.35 TB/s,"
         " NVLink 900 GB/s = 450 GB/s per direction)",
     ),
@@ -320,7 +320,7 @@ GPUS: dict[str, GpuSpec] = {
         memory_bytes=141_000_000_000,
         link_bandwidth=450e9,
         chunk_attention_efficiency=0.20,
-        step_overhead_s=2.9e-3,
+        step_overhead_s=1.0e-3,
         source=_NVIDIA.format("h200") + " (SXM: 989 TFLOP/s bf16 dense, 141 GB at 4.8 TB/s,"
         " NVLink 900 GB/s = 450 GB/s per direction)",
     ),
