@@ -409,3 +409,17 @@ class _no_raise:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+def test_a_roofline_without_its_memory_is_refused() -> None:
+    from chunked_prefill.sim import default_workload
+    from chunked_prefill.sim.serving import ServingSimConfig, simulate_serving
+
+    engine, memory = engine_for("llama-3.1-8b", "l40s", 2)
+    cfg = ServingSimConfig(chunk_size=512)
+    with pytest.raises(ValueError, match=r"has no KV-memory preset: pass memory="):
+        simulate_serving(default_workload(5), cfg, engine=engine)
+    (given,) = simulate_serving(default_workload(5), cfg, engine=engine, memory=memory)
+    assert given.serving is not None and given.serving.num_blocks == 31492
+    (fixed,) = simulate_serving(default_workload(5), cfg, engine=engine, num_blocks=500)
+    assert fixed.serving is not None and fixed.serving.num_blocks == 500

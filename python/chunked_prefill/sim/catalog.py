@@ -15,11 +15,14 @@ import json
 import math
 import os
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._json import DuplicateKey, Number, exact, whole
 from ._json import loads as json_loads
 from .engine import DEFAULT_GPU_MEMORY_UTILIZATION, GIB, KVMemory
+
+if TYPE_CHECKING:
+    from .roofline import RooflineModel
 
 __all__ = [
     "GPUS",
@@ -612,7 +615,7 @@ def engine_for(
     *,
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
     **overrides: Any,
-) -> tuple[Any, KVMemory]:
+) -> tuple[RooflineModel, KVMemory]:
     """The step-time model and KV memory of ``model`` on ``tp`` GPUs of type ``gpu``.
 
     ``model`` is a :data:`MODELS` name, a ``config.json`` path or a :class:`ModelSpec`;

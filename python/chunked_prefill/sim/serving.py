@@ -154,7 +154,13 @@ def expand_serving_configs(
 
 def memory_of(engine: StepTimeModel | str) -> KVMemory:
     """The KV memory of an engine preset (by name, or the model's ``name``); the default
-    preset's for a model of another name."""
+    preset's for a linear model of another name. A roofline engine has none (its
+    ``KVMemory`` comes from :func:`~.catalog.engine_for`): ``ValueError``."""
+    if isinstance(engine, RooflineModel):
+        raise ValueError(
+            f"the roofline engine {engine.name!r} has no KV-memory preset: pass memory= (the"
+            " KVMemory engine_for returns with it) or num_blocks="
+        )
     name = engine if isinstance(engine, str) else engine.name
     return MEMORY_PRESETS.get(name) or MEMORY_PRESETS[DEFAULT_ENGINE.name]
 
@@ -178,11 +184,11 @@ def resolve_configs(
 ) -> list[dict[str, Any]]:
     """The ``ServingConfig`` keyword arguments each configuration runs with (see
     :func:`simulate_serving` for the pool size)."""
-    mem = memory if memory is not None else memory_of(engine)
     out = []
     for cfg in configs:
-        pool = num_blocks
+        pool = num_blocks if num_blocks is not None else cfg.num_blocks
         if pool is None:
+            mem = memory if memory is not None else memory_of(engine)
             pool = mem.num_blocks(cfg.block_size, gpu_memory_utilization)
         out.append(cfg.scheduler_options(workload, pool))
     return out
