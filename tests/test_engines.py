@@ -312,6 +312,21 @@ def test_llama2_7b_roofline_agrees_with_the_vidur_fitted_preset() -> None:
         assert roof.step_time(*shape) == pytest.approx(linear, rel=0.06), shape
 
 
+def test_the_example_llama2_config_gives_the_linear_presets_pool() -> None:
+    from chunked_prefill.sim.engine import MEMORY_PRESETS
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "llama-2-7b" / "config.json"
+    spec = load_model_config(example)
+    assert spec.to_dict() | {"name": "", "source": ""} == LLAMA_2_7B.to_dict() | {
+        "name": "",
+        "source": "",
+    }
+    _, memory = engine_for(example, "a100-80gb")
+    linear = MEMORY_PRESETS["llama2-7b-a100"]
+    assert memory.weight_bytes == 13_476_831_232  # the preset's 6.74e9 x 2 B, to 8 KB
+    assert memory.num_blocks(16) == linear.num_blocks(16) == 7353
+
+
 # ------------------------------------------------------------------- the command line
 
 
