@@ -217,3 +217,23 @@ def test_threads_share_one_scheduler(serving_backend: ModuleType) -> None:
         s.update(batch := s.schedule(), token_ids=[2] * len(batch.sampling_ids))
     check_invariants(s)
     assert s.num_free_blocks == 32
+
+
+def test_a_huge_pool_costs_only_the_blocks_used(serving_backend: ModuleType) -> None:
+    """Blocks are touched lazily on both backends: a pool of 2**50 blocks (which no list of
+    per-block fields could hold) serves requests, reuses freed blocks first and evicts the
+    hashed ones last, exactly as a small pool does."""
+    n = 2**50
+    s = serving_backend.ServingScheduler(serving_backend.ServingConfig(num_blocks=n, block_size=4))
+    s.add_request(1, list(range(10)), 2)
+    s.add_request(2, 7, 1)
+    b = s.schedule()
+    assert [i.new_blocks for i in b.items] == [(0, 1, 2), (3, 4)]
+    assert b.num_free_blocks == n - 5
+    s.update(b, token_ids=[5, 6])
+    # Request 2 finished: its unhashed blocks, freed last to first, each go to the head of
+    # the queue, so they are reused first, in table order, before any untouched block.
+    s.add_request(3, 9, 1)
+    b = s.schedule()
+    assert [(i.request_id, i.new_blocks) for i in b.items] == [(1, ()), (3, (3, 4, 5))]
+    assert s.num_free_blocks == n - 6

@@ -289,3 +289,36 @@ def test_slo_attainment_and_goodput_by_hand() -> None:
     assert run(slo_tpot_s=2.0, slo_tbt_s=4.0) == (0.5, 1 / 9)
     assert run(slo_tbt_s=0.5) == (0.0, 0.0)
     assert run() == (None, None)
+
+
+def test_table_fits_80_columns_by_dropping_figures(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three differing options with SLOs would take 90 columns: the table drops TTFT p50
+    and TBT p50 (in that order), says so in its caption, and keeps every other figure."""
+    from chunked_prefill.sim import cli
+
+    monkeypatch.setenv("COLUMNS", "80")
+    grid = ["--chunk-size", "256,512", "--token-budget", "1024,2048", "--max-running", "128,256"]
+    args = ["--requests", "40", *grid, "--slo-ttft", "2", "--slo-tbt", "0.1"]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("max") - 30 :]
+    assert max(len(line) for line in table.splitlines()) <= 80
+    assert "not shown for width (in --json): TTFT p50, TBT p50" in " ".join(out.split())
+    heads = " ".join(line for line in out.splitlines() if "chunk" in line and "budget" in line)
+    expected = "chunk budget running p99 p99 max p99 tok/s empt % % req/s"
+    assert heads.split() == expected.split()
+
+
+def test_table_keeps_every_figure_when_wide(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chunked_prefill.sim import cli
+
+    monkeypatch.setenv("COLUMNS", "200")
+    grid = ["--chunk-size", "256,512", "--token-budget", "1024,2048", "--max-running", "128,256"]
+    assert cli.main(["--requests", "40", *grid, "--slo-ttft", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "not shown" not in out
+    assert " ".join(out.split()).count("p50") == 2

@@ -167,7 +167,6 @@ class ChunkedPrefillCBScheduler(Scheduler):
         """
         if token_budget != self._budget:
             self._build_planner(token_budget)
-        cache = self.cache
         planner = self._planner
 
         decoding: list[RequestState] = []
@@ -185,87 +184,118 @@ class ChunkedPrefillCBScheduler(Scheduler):
         room = mrpb - self._prefills if self._ids else mrpb
         step = planner.next_step(min(len(decoding), max(room, 0)))
 
-        scheduled: list[FutureRequestState] = []
-        removed: set[str] = set()
         self.starved_requests = list[tuple[RequestState, int]]()
-        one_allocation_failed = False
-        fast_path = cache.max_blocks_per_request > 0
-        tokens_left, cache_left, requests_left = token_budget, cache_budget, mrpb
-        in_margin = self._try_to_meet_safety_margin()
-        read_limit = cache.read_cache_limit
-        fast_limit = cache.max_decode_fast_path_length
-        closed = False  # no more room: FIFO's early exit
-
-        def admit(state: RequestState, request_tokens: list[int], n: int) -> bool:
-            """transformers' checks and bookkeeping for ``n`` tokens of ``state``."""
-            nonlocal one_allocation_failed, fast_path, tokens_left, cache_left
-            nonlocal requests_left, closed
-            if closed or n > tokens_left:
-                return False
-            if not in_margin and scheduled and state.status != RequestStatus.DECODING:
-                return False
-            read = state.current_len()
-            if read_limit is not None:
-                read = min(read, read_limit)
-            eligible = n == 1 and state.position_offset < fast_limit
-            if not (fast_path and eligible) and cache_left < read:
-                return False
-            if not cache.can_store_request_tokens(state, n):
-                one_allocation_failed = True
-                if state.request_id in self.active_requests:
-                    self.starved_requests.append((state, n))
-                return False
-            self._schedule_request(state, request_tokens, n, removed)
-            n = len(state.tokens_to_process)
-            fast_path &= n == 1 and state.position_offset < fast_limit
-            tokens_left -= n
-            cache_left -= read
-            requests_left -= 1
-            blocks = cache.count_new_complete_blocks(state, n)
-            scheduled.append(
-                FutureRequestState(state, not state.remaining_prefill_tokens, blocks, n)
-            )
-            if self.waiting_requests.pop(state.request_id, None) is not None:
-                removed.add(state.request_id)
-            if tokens_left == 0 or (cache_left <= 0 and not fast_path) or requests_left <= 0:
-                closed = True
-            return True
-
+        removed: set[str] = set()
+        batch = _Batch(self, token_budget, cache_budget, removed)
         for state in decoding[: step.decode_tokens]:
-            admit(state, state.tokens_to_process, len(state.tokens_to_process))
-
-        states = self._states
+            batch.admit(state, state.tokens_to_process, len(state.tokens_to_process))
         for chunk in step.chunks:
-            pid = chunk.request_id
-            state = states[pid][0]
-            if (
-                closed
-                or (not in_margin and scheduled)
-                or (self.block_new_requests and state.status == RequestStatus.PENDING)
-            ):
-                self._requeue(pid, state.position_offset)
-                continue
-            # May find a prefix already in the cache, which moves position_offset forward.
-            request_tokens = self._infer_request_tokens(state, removed)
-            start = state.position_offset
-            n = min(chunk.tokens, len(request_tokens))
-            if not admit(state, request_tokens, n):
-                self._requeue(pid, state.position_offset)
-                continue
-            done = start + len(state.tokens_to_process)
-            if start != chunk.start or done != chunk.start + chunk.tokens:
-                # A prefix-cache hit moved the start, or transformers shortened the chunk.
-                self._requeue(pid, done)
-            elif chunk.is_last:
-                del self._ids[state.request_id]
-                del states[pid]
+            self._place_chunk(batch, chunk, removed)
         planner.drain_completed()
 
         if removed:
             self._cleanup_waiting_queue(removed)
-        if not scheduled and one_allocation_failed:
-            return None, fast_path, 0, 0
-        return scheduled, fast_path, token_budget - tokens_left, cache_budget - cache_left
+        if not batch.scheduled and batch.one_allocation_failed:
+            return None, batch.fast_path, 0, 0
+        return (
+            batch.scheduled,
+            batch.fast_path,
+            token_budget - batch.tokens_left,
+            cache_budget - batch.cache_left,
+        )
+
+    def _place_chunk(self, batch: _Batch, chunk: Any, removed: set[str]) -> None:
+        """Schedule one planned prompt chunk, or hand it back to the planner."""
+        pid = chunk.request_id
+        state = self._states[pid][0]
+        if (
+            batch.closed
+            or (not batch.in_margin and batch.scheduled)
+            or (self.block_new_requests and state.status == RequestStatus.PENDING)
+        ):
+            self._requeue(pid, state.position_offset)
+            return
+        # May find a prefix already in the cache, which moves position_offset forward.
+        request_tokens = self._infer_request_tokens(state, removed)
+        start = state.position_offset
+        n = min(chunk.tokens, len(request_tokens))
+        if not batch.admit(state, request_tokens, n):
+            self._requeue(pid, state.position_offset)
+            return
+        done = start + len(state.tokens_to_process)
+        if start != chunk.start or done != chunk.start + chunk.tokens:
+            # A prefix-cache hit moved the start, or transformers shortened the chunk.
+            self._requeue(pid, done)
+        elif chunk.is_last:
+            del self._ids[state.request_id]
+            del self._states[pid]
+
+
+class _Batch:
+    """One batch being filled: transformers' FIFO checks and bookkeeping, item by item."""
+
+    def __init__(
+        self,
+        owner: ChunkedPrefillCBScheduler,
+        token_budget: int,
+        cache_budget: int,
+        removed: set[str],
+    ) -> None:
+        cache = owner.cache
+        self.owner = owner
+        self.cache = cache
+        self.removed = removed
+        self.scheduled: list[FutureRequestState] = []
+        self.one_allocation_failed = False
+        self.fast_path = cache.max_blocks_per_request > 0
+        self.tokens_left = token_budget
+        self.cache_left = cache_budget
+        self.requests_left = owner.max_requests_per_batch
+        self.in_margin = owner._try_to_meet_safety_margin()
+        self.read_limit = cache.read_cache_limit
+        self.fast_limit = cache.max_decode_fast_path_length
+        self.closed = False  # no more room: FIFO's early exit
+
+    def admit(self, state: RequestState, request_tokens: list[int], n: int) -> bool:
+        """transformers' checks and bookkeeping for ``n`` tokens of ``state``."""
+        if self.closed or n > self.tokens_left:
+            return False
+        if not self.in_margin and self.scheduled and state.status != RequestStatus.DECODING:
+            return False
+        read = state.current_len()
+        if self.read_limit is not None:
+            read = min(read, self.read_limit)
+        eligible = n == 1 and state.position_offset < self.fast_limit
+        if not (self.fast_path and eligible) and self.cache_left < read:
+            return False
+        owner = self.owner
+        if not self.cache.can_store_request_tokens(state, n):
+            self.one_allocation_failed = True
+            if state.request_id in owner.active_requests:
+                owner.starved_requests.append((state, n))
+            return False
+        owner._schedule_request(state, request_tokens, n, self.removed)
+        self._record(state, read)
+        return True
+
+    def _record(self, state: RequestState, read: int) -> None:
+        n = len(state.tokens_to_process)
+        self.fast_path &= n == 1 and state.position_offset < self.fast_limit
+        self.tokens_left -= n
+        self.cache_left -= read
+        self.requests_left -= 1
+        blocks = self.cache.count_new_complete_blocks(state, n)
+        self.scheduled.append(
+            FutureRequestState(state, not state.remaining_prefill_tokens, blocks, n)
+        )
+        if self.owner.waiting_requests.pop(state.request_id, None) is not None:
+            self.removed.add(state.request_id)
+        if (
+            self.tokens_left == 0
+            or (self.cache_left <= 0 and not self.fast_path)
+            or self.requests_left <= 0
+        ):
+            self.closed = True
 
 
 def configured(

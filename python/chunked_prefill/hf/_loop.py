@@ -88,105 +88,150 @@ def generate(
     for i, p in enumerate(ids):
         if not p:
             raise ValueError(f"prompt {i} is empty")
-
-    device = model.device
-    text_config = (
-        model.config.get_text_config() if hasattr(model.config, "get_text_config") else None
-    )
-    cache_kwargs: dict[str, Any] = {"config": text_config} if text_config is not None else {}
-    extra: dict[str, Any] = {}
-    if _accepts(model, "logits_to_keep"):
-        extra["logits_to_keep"] = 1
-    pass_cache_position = _accepts(model, "cache_position")
-    # transformers 5.24 renamed the forward argument ``past_key_values`` to ``cache``.
-    use_new_name = not _accepts(model, "past_key_values") and _accepts(model, "cache")
-    cache_arg = "cache" if use_new_name else "past_key_values"
+    run = _Run(_Forward(model), module.Scheduler(cfg), ids, max_new_tokens, max_running)
+    # With interleave_decode=False a step may plan nothing while requests decode.
     fallback_decodes = max(cfg.max_decode_tokens, 1)
+    with torch.inference_mode():
+        while run.waiting or run.decoding or not run.scheduler.is_idle():
+            timing = run.step(fallback_decodes, sync=timings is not None)
+            if timings is not None:
+                timings.append(timing)
+    return run.outputs
 
-    scheduler = module.Scheduler(cfg)
-    outputs: list[list[int]] = [[] for _ in ids]
-    caches: dict[int, Any] = {}
-    waiting = deque(range(len(ids)))
-    decoding: list[int] = []  # oldest first: the order their prefill completed
-    running = 0
 
-    def forward(rid: int, tokens: list[int], start: int) -> int:
-        cache = caches[rid]
+class _Forward:
+    """One forward pass of the model on a request's own ``DynamicCache``, with the keyword
+    arguments this model's transformers version takes."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.device = model.device
+        text_config = (
+            model.config.get_text_config() if hasattr(model.config, "get_text_config") else None
+        )
+        self.cache_kwargs: dict[str, Any] = (
+            {"config": text_config} if text_config is not None else {}
+        )
+        self.extra: dict[str, Any] = {}
+        if _accepts(model, "logits_to_keep"):
+            self.extra["logits_to_keep"] = 1
+        self.pass_cache_position = _accepts(model, "cache_position")
+        # transformers 5.24 renamed the forward argument ``past_key_values`` to ``cache``.
+        use_new_name = not _accepts(model, "past_key_values") and _accepts(model, "cache")
+        self.cache_arg = "cache" if use_new_name else "past_key_values"
+
+    def new_cache(self) -> Any:
+        return DynamicCache(**self.cache_kwargs)
+
+    def __call__(self, rid: int, cache: Any, tokens: list[int], start: int) -> int:
+        """Run ``tokens`` at positions ``start...`` and return the greedy next token."""
         seen = cache.get_seq_length()
         if seen != start:
             raise RuntimeError(f"request {rid}: chunk starts at {start} but its cache holds {seen}")
-        n = len(tokens)
-        positions = torch.arange(start, start + n, device=device)
-        kwargs = dict(extra)
-        kwargs[cache_arg] = cache
-        if pass_cache_position:
+        positions = torch.arange(start, start + len(tokens), device=self.device)
+        kwargs = dict(self.extra)
+        kwargs[self.cache_arg] = cache
+        if self.pass_cache_position:
             kwargs["cache_position"] = positions
-        out = model(
-            input_ids=torch.tensor([tokens], device=device),
+        out = self.model(
+            input_ids=torch.tensor([tokens], device=self.device),
             position_ids=positions.unsqueeze(0),
             use_cache=True,
             **kwargs,
         )
         return int(out.logits[0, -1].argmax())
 
-    with torch.inference_mode():
-        while waiting or decoding or not scheduler.is_idle():
-            t_step = perf_counter()
-            while waiting and (max_running is None or running < max_running):
-                rid = waiting.popleft()
-                scheduler.enqueue(rid, len(ids[rid]))
-                caches[rid] = DynamicCache(**cache_kwargs)
-                running += 1
-            step = scheduler.next_step(len(decoding))
-            t_sched = perf_counter() - t_step
 
-            n_decode = step.decode_tokens
-            if n_decode == 0 and not step.chunks:
-                if not decoding:
-                    raise RuntimeError(f"the scheduler planned an empty step {step.step_index}")
-                n_decode = min(len(decoding), fallback_decodes)
-            to_decode = decoding[:n_decode]
-            finished: set[int] = set()
-            started: list[int] = []
+class _Run:
+    """The state of one :func:`generate` call: who waits, who decodes, their caches."""
 
-            t_fwd = perf_counter()
-            for chunk in step.chunks:
-                rid, start = chunk.request_id, chunk.start
-                token = forward(rid, ids[rid][start : start + chunk.tokens], start)
-                if chunk.is_last:
-                    outputs[rid].append(token)
-                    if max_new_tokens == 1:
-                        finished.add(rid)
-                    else:
-                        started.append(rid)
-            for rid in to_decode:
-                out = outputs[rid]
-                token = forward(rid, [out[-1]], len(ids[rid]) + len(out) - 1)
-                out.append(token)
-                if len(out) == max_new_tokens:
+    def __init__(
+        self,
+        forward: _Forward,
+        scheduler: Any,
+        ids: list[list[int]],
+        max_new_tokens: int,
+        max_running: int | None,
+    ) -> None:
+        self.forward = forward
+        self.scheduler = scheduler
+        self.ids = ids
+        self.max_new_tokens = max_new_tokens
+        self.max_running = max_running
+        self.outputs: list[list[int]] = [[] for _ in ids]
+        self.caches: dict[int, Any] = {}
+        self.waiting = deque(range(len(ids)))
+        self.decoding: list[int] = []  # oldest first: the order their prefill completed
+        self.running = 0
+
+    def step(self, fallback_decodes: int, *, sync: bool) -> StepTiming:
+        """Admit, plan, run the chunks and decodes, drain: one engine step."""
+        t_step = perf_counter()
+        self._admit()
+        step = self.scheduler.next_step(len(self.decoding))
+        t_sched = perf_counter() - t_step
+        n_decode = step.decode_tokens
+        if n_decode == 0 and not step.chunks:
+            if not self.decoding:
+                raise RuntimeError(f"the scheduler planned an empty step {step.step_index}")
+            n_decode = min(len(self.decoding), fallback_decodes)
+        to_decode = self.decoding[:n_decode]
+        t_fwd = perf_counter()
+        started, finished = self._run_chunks(step.chunks)
+        finished |= self._run_decodes(to_decode)
+        if sync and self.forward.device.type == "cuda":
+            torch.cuda.synchronize(self.forward.device)
+        forward_s = perf_counter() - t_fwd
+        self._retire(started, finished)
+        t_drain = perf_counter()
+        self.scheduler.drain_completed()
+        t_end = perf_counter()
+        return StepTiming(
+            step_index=step.step_index,
+            scheduler_s=t_sched + (t_end - t_drain),
+            forward_s=forward_s,
+            total_s=t_end - t_step,
+            prefill_tokens=step.prefill_tokens,
+            decode_tokens=len(to_decode),
+        )
+
+    def _admit(self) -> None:
+        while self.waiting and (self.max_running is None or self.running < self.max_running):
+            rid = self.waiting.popleft()
+            self.scheduler.enqueue(rid, len(self.ids[rid]))
+            self.caches[rid] = self.forward.new_cache()
+            self.running += 1
+
+    def _run_chunks(self, chunks: Sequence[Any]) -> tuple[list[int], set[int]]:
+        """Run each prefill chunk; a last chunk emits the first output token."""
+        started: list[int] = []
+        finished: set[int] = set()
+        for chunk in chunks:
+            rid, start = chunk.request_id, chunk.start
+            tokens = self.ids[rid][start : start + chunk.tokens]
+            token = self.forward(rid, self.caches[rid], tokens, start)
+            if chunk.is_last:
+                self.outputs[rid].append(token)
+                if self.max_new_tokens == 1:
                     finished.add(rid)
-            if timings is not None and device.type == "cuda":
-                torch.cuda.synchronize(device)
-            forward_s = perf_counter() - t_fwd
+                else:
+                    started.append(rid)
+        return started, finished
 
-            if finished:
-                decoding = [rid for rid in decoding if rid not in finished]
-                for rid in finished:
-                    del caches[rid]
-                running -= len(finished)
-            decoding.extend(started)
-            t_drain = perf_counter()
-            scheduler.drain_completed()
-            t_end = perf_counter()
-            if timings is not None:
-                timings.append(
-                    StepTiming(
-                        step_index=step.step_index,
-                        scheduler_s=t_sched + (t_end - t_drain),
-                        forward_s=forward_s,
-                        total_s=t_end - t_step,
-                        prefill_tokens=step.prefill_tokens,
-                        decode_tokens=len(to_decode),
-                    )
-                )
-    return outputs
+    def _run_decodes(self, to_decode: list[int]) -> set[int]:
+        finished: set[int] = set()
+        for rid in to_decode:
+            out = self.outputs[rid]
+            position = len(self.ids[rid]) + len(out) - 1
+            out.append(self.forward(rid, self.caches[rid], [out[-1]], position))
+            if len(out) == self.max_new_tokens:
+                finished.add(rid)
+        return finished
+
+    def _retire(self, started: list[int], finished: set[int]) -> None:
+        if finished:
+            self.decoding = [rid for rid in self.decoding if rid not in finished]
+            for rid in finished:
+                del self.caches[rid]
+            self.running -= len(finished)
+        self.decoding.extend(started)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .simulator import SimResult
+from .simulator import ServingStats, SimResult
 
 if TYPE_CHECKING:
     import numpy as np
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 __all__ = [
+    "SERVING_DROP_ORDER",
     "PlotUnavailable",
     "latency_figure",
     "plot_cdfs",
@@ -122,20 +123,53 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.0f}"
 
 
-def serving_table(results: Sequence[SimResult], *, title: str | None = None) -> Table:
+def _goodput(s: ServingStats) -> str:
+    return "-" if s.goodput_rps is None else f"{s.goodput_rps:.2f}"
+
+
+_SERVING_FIGURES: tuple[tuple[str, str, Callable[[SimResult, ServingStats], str]], ...] = (
+    ("TTFT\np50", "", lambda r, s: _ms(r.ttft_s.p50)),
+    ("TTFT\np99", "", lambda r, s: _ms(r.ttft_s.p99)),
+    ("TBT\np50", "magenta", lambda r, s: _ms(r.tbt_s.p50)),
+    ("TBT\np99", "magenta", lambda r, s: _ms(r.tbt_s.p99)),
+    ("TBT\nmax", "magenta", lambda r, s: _ms(r.tbt_s.max)),
+    ("queue\np99", "", lambda r, s: _ms(s.queue_s.p99)),
+    ("out\ntok/s", "", lambda r, s: f"{r.throughput_tok_s:.0f}"),
+    ("pre-\nempt", "red", lambda r, s: str(s.preemptions)),
+    ("hit\n%", "", lambda r, s: _pct(s.prefix_hit_rate)),
+    ("KV\n%", "", lambda r, s: _pct(s.kv_usage_peak)),
+)
+
+SERVING_DROP_ORDER = ("TTFT\np50", "TBT\np50", "queue\np99", "out\ntok/s", "hit\n%")
+"""The figure columns a narrow console loses first, in this order (all are in ``--json``)."""
+
+
+def serving_table(
+    results: Sequence[SimResult],
+    *,
+    title: str | None = None,
+    hidden: Collection[str] = (),
+) -> Table:
     """The table of serving-scheduler results: latency, queueing, memory, goodput.
 
-    Eleven figure columns plus the options that differ, to stay within 80 columns; the
-    rest is in ``--json``.
+    Eleven figure columns plus the options that differ; the figures named (by their header,
+    e.g. ``"TTFT\\np50"``) in ``hidden`` are left out and listed in the caption, so that
+    :func:`print_table` can fit a narrow console. Everything is in ``--json``.
     """
     from rich import box
     from rich.table import Table
 
     slo = any(r.serving is not None and r.serving.slo for r in results)
+    threshold_ms = results[0].stall_threshold_s * 1e3 if results else 0.0
+    last = (
+        ("good\nreq/s", "green", lambda r, s: _goodput(s))
+        if slo
+        else (f"stalls\n>{threshold_ms:g}ms", "red", _stalls)
+    )
+    figures = [f for f in (*_SERVING_FIGURES, last) if f[0] not in hidden]
     table = Table(
         title=title,
-        caption="TTFT, TBT, queue in ms; hit: prefix cache %; KV: peak pool %"
-        + ("; good: goodput req/s" if slo else ""),
+        caption=_serving_caption(slo, [h for h, _, _ in _SERVING_FIGURES if h in hidden]),
         header_style="bold",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -149,43 +183,28 @@ def serving_table(results: Sequence[SimResult], *, title: str | None = None) -> 
         if key == "chunk_size" or len({d[key] for d in dicts} - {None}) > 1
     ]
     for _key, head in shown:
-        table.add_column(head, justify="right", style="cyan")
-    for head in ("TTFT\np50", "TTFT\np99"):
-        table.add_column(head, justify="right")
-    for head in ("TBT\np50", "TBT\np99", "TBT\nmax"):
-        table.add_column(head, justify="right", style="magenta")
-    table.add_column("queue\np99", justify="right")
-    table.add_column("out\ntok/s", justify="right")
-    table.add_column("pre-\nempt", justify="right", style="red")
-    table.add_column("hit\n%", justify="right")
-    table.add_column("KV\n%", justify="right")
-    threshold_ms = results[0].stall_threshold_s * 1e3 if results else 0.0
-    if slo:
-        table.add_column("good\nreq/s", justify="right", style="green")
-    else:
-        table.add_column(f"stalls\n>{threshold_ms:g}ms", justify="right", style="red")
-    for column in table.columns:
-        column.no_wrap = True
+        table.add_column(head, justify="right", style="cyan", no_wrap=True)
+    for head, style, _ in figures:
+        table.add_column(head, justify="right", style=style or None, no_wrap=True)
     for r, d in zip(results, dicts):
-        s = r.serving
-        if s is None:
-            continue
-        last = f"{s.goodput_rps:.2f}" if slo and s.goodput_rps is not None else str(r.stalls)
-        table.add_row(
-            *(_option(d[key]) for key, _ in shown),
-            _ms(r.ttft_s.p50),
-            _ms(r.ttft_s.p99),
-            _ms(r.tbt_s.p50),
-            _ms(r.tbt_s.p99),
-            _ms(r.tbt_s.max),
-            _ms(s.queue_s.p99),
-            f"{r.throughput_tok_s:.0f}",
-            str(s.preemptions),
-            _pct(s.prefix_hit_rate),
-            _pct(s.kv_usage_peak),
-            last,
-        )
+        if r.serving is not None:
+            options = (_option(d[key]) for key, _ in shown)
+            table.add_row(*options, *(cell(r, r.serving) for _, _, cell in figures))
     return table
+
+
+def _stalls(r: SimResult, s: ServingStats) -> str:
+    return str(r.stalls)
+
+
+def _serving_caption(slo: bool, hidden: Sequence[str]) -> str:
+    caption = "TTFT, TBT, queue in ms; hit: prefix cache %; KV: peak pool %"
+    if slo:
+        caption += "; good: goodput req/s"
+    if hidden:
+        names = ", ".join(h.replace("\n", " ") for h in hidden)
+        caption += f"; not shown for width (in --json): {names}"
+    return caption
 
 
 def results_table(results: Sequence[SimResult], *, title: str | None = None) -> Table:
@@ -244,18 +263,34 @@ def results_table(results: Sequence[SimResult], *, title: str | None = None) -> 
 
 
 def print_table(results: Sequence[SimResult], console: Console, title: str | None = None) -> None:
-    """Print :func:`results_table` to ``console``, never cutting a figure short.
+    """Print the results table to ``console``, never cutting a figure short.
 
-    A table wider than the console is printed at its natural width (the terminal wraps
-    its lines) rather than with truncated cells.
+    A serving table wider than the console first leaves out figure columns in
+    :data:`SERVING_DROP_ORDER` (naming them in its caption); a table still wider is printed
+    at its natural width (the terminal wraps its lines) rather than with truncated cells.
     """
+    serving = bool(results) and all(r.serving is not None for r in results)
+    if not serving:
+        _print_whole(results_table(results, title=title), console)
+        return
+    hidden: list[str] = []
+    table = serving_table(results, title=title)
+    for head in SERVING_DROP_ORDER:
+        if _natural_width(table, console) <= console.width:
+            break
+        hidden.append(head)
+        table = serving_table(results, title=title, hidden=hidden)
+    _print_whole(table, console)
+
+
+def _natural_width(table: Table, console: Console) -> int:
     from rich.measure import Measurement
 
-    if results and all(r.serving is not None for r in results):
-        table = serving_table(results, title=title)
-    else:
-        table = results_table(results, title=title)
-    needed = Measurement.get(console, console.options.update_width(10_000), table).maximum
+    return Measurement.get(console, console.options.update_width(10_000), table).maximum
+
+
+def _print_whole(table: Table, console: Console) -> None:
+    needed = _natural_width(table, console)
     width = console.width
     if needed <= width:
         console.print(table)
