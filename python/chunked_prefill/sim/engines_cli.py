@@ -242,30 +242,30 @@ def _print_tables(rows: list[dict[str, Any]], block_size: int, utilization: floa
             f"{g.memory_bytes / GIB:.1f} GiB",
             f"{g.link_bandwidth / 1e9:g}",
         )
+    times = console.width >= 90  # the step times need 18 columns more (--json has them)
     grid = Table(
         title=f"KV blocks of {block_size} tokens per GPU at --gpu-memory-utilization"
-        f" {utilization:g} ('-': does not fit); decode/prefill: ms per step at TP 1 or the"
-        " smallest TP that fits",
+        f" {utilization:g} ('-': does not fit)"
+        + ("; decode/prefill: ms per step at TP 1 or the smallest TP that fits" if times else ""),
         title_justify="left",
     )
-    grid.add_column("model")
+    grid.add_column("model", no_wrap=True)
     grid.add_column("gpu")
     for tp in TP_DEGREES:
         grid.add_column(f"TP {tp}", justify="right")
-    grid.add_column("decode", justify="right")
-    grid.add_column("prefill", justify="right")
+    if times:
+        grid.add_column("decode", justify="right")
+        grid.add_column("prefill", justify="right")
     by_pair: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
         by_pair.setdefault((row["model"], row["gpu"]), []).append(row)
     for (model, gpu), cells in by_pair.items():
         first = next((c for c in cells if c["fits"]), None)
-        grid.add_row(
-            model,
-            gpu,
-            *(str(c["num_blocks"]) if c["fits"] else "-" for c in cells),
-            f"{first['decode_s'] * 1e3:.1f}" if first else "-",
-            f"{first['prefill_s'] * 1e3:.1f}" if first else "-",
-        )
+        blocks = [str(c["num_blocks"]) if c["fits"] else "-" for c in cells]
+        if times:
+            blocks.append(f"{first['decode_s'] * 1e3:.1f}" if first else "-")
+            blocks.append(f"{first['prefill_s'] * 1e3:.1f}" if first else "-")
+        grid.add_row(model, gpu, *blocks)
     console.print(models)
     console.print(gpus)
     console.print(grid)
