@@ -20,7 +20,7 @@ from chunked_prefill.sim.catalog import (
     load_gpu_profile,
     load_model_config,
 )
-from chunked_prefill.sim.engine import GIB, EngineModel
+from chunked_prefill.sim.engine import DEFAULT_ENGINE, GIB
 from chunked_prefill.sim.roofline import RooflineModel, pow_int
 
 LLAMA_31_8B_CONFIG = {
@@ -304,11 +304,10 @@ def test_llama2_7b_roofline_agrees_with_the_vidur_fitted_preset() -> None:
         (2048, 0, 2048 * 2049 // 2, 0, 2048 * 2048, 1),
         (512, 32, 512 * 1024 + 512 * 513 // 2, 32 * 1024, 512 * 512, 1),  # hybrid
     ]
-    # Vidur's fit of the linear model (h-vidur: t_min 9.8 ms, c0 7.4 ms, c_tok 57.5 us,
-    # c_attn 2.7 ns, c_kv 0.31 us, 6.5 ns per squared chunk token).
-    vidur = EngineModel("vidur", 9.8e-3, 7.4e-3, 57.5e-6, 2.7e-9, 0.31e-6)
+    # The preset fitted to Vidur's profiles: t_min 9.8 ms, c0 7.4 ms, c_tok 57.5 us, c_attn
+    # 2.7 ns, c_kv 0.31 us, 6.5 ns per squared chunk token.
     for shape in cases:
-        linear = vidur.step_time(*shape[:4]) + 6.5e-9 * shape[4]
+        linear = DEFAULT_ENGINE.step_time(*shape[:5])
         assert roof.step_time(*shape) == pytest.approx(linear, rel=0.06), shape
 
 

@@ -4,6 +4,7 @@ survives noise, round-trips through a simulated run, and refuses bad steps files
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,9 +14,9 @@ from chunked_prefill.cli import main
 from chunked_prefill.sim import EngineModel, SimConfig, default_workload, load_profile, simulate
 from chunked_prefill.sim.fit import Steps, fit_steps, read_steps_csv, write_steps_csv
 
-PARAMS = ("t_min_s", "c0_s", "c_tok_s", "c_attn_s", "c_kv_s")
+PARAMS = ("t_min_s", "c0_s", "c_tok_s", "c_attn_s", "c_kv_s", "c_chunk_sq_s")
 TRUE = EngineModel(name="true", t_min_s=9.5e-3, c0_s=2.2e-3, c_tok_s=65e-6, c_attn_s=2.5e-9,
-                   c_kv_s=0.3e-6)  # fmt: skip
+                   c_kv_s=0.3e-6, c_chunk_sq_s=6.5e-9)  # fmt: skip
 
 
 def synthetic(model: EngineModel, n: int = 400, noise: float = 0.0, seed: int = 0) -> Steps:
@@ -27,12 +28,20 @@ def synthetic(model: EngineModel, n: int = 400, noise: float = 0.0, seed: int = 
     start = rng.integers(0, 4096, n).astype(float)
     pairs = np.where(prefill > 0, prefill * start + prefill * (prefill + 1) / 2, 0.0)
     context = decode * rng.integers(100, 3000, n)
+    sq = prefill * prefill  # one chunk per step
     t = np.array(
-        [model.step_time(int(p), int(d), int(a), int(k))
-         for p, d, a, k in zip(prefill, decode, pairs, context)]
+        [model.step_time(int(p), int(d), int(a), int(k), int(q))
+         for p, d, a, k, q in zip(prefill, decode, pairs, context, sq)]
     )  # fmt: skip
     t *= 1 + rng.uniform(-noise, noise, n)
-    return Steps(prefill, decode, pairs, context.astype(float), t)
+    return Steps(prefill, decode, pairs, context.astype(float), t, prefill_chunk_sq=sq)
+
+
+def subset(s: Steps, rows: np.ndarray) -> Steps:
+    """The steps ``rows`` selects (a boolean mask or a slice)."""
+    sq = None if s.prefill_chunk_sq is None else s.prefill_chunk_sq[rows]
+    cols = (s.prefill_tokens, s.decode_tokens, s.attention_pairs, s.decode_context_tokens)
+    return Steps(*(c[rows] for c in cols), s.duration_s[rows], prefill_chunk_sq=sq)
 
 
 def rel(a: float, b: float) -> float:
@@ -50,9 +59,11 @@ def test_fit_recovers_a_known_model_within_1_percent() -> None:
 
 def test_fit_with_5_percent_noise() -> None:
     fit = fit_steps(synthetic(TRUE, n=2000, noise=0.05, seed=1))
-    # c0_s is an intercept under steps a hundred times longer: the loosest coefficient.
+    # c0_s is an intercept under steps a hundred times longer, and c_chunk_sq_s a term that
+    # moves with c_attn_s (one chunk per step): the loosest coefficients.
     for p in PARAMS:
-        assert rel(getattr(fit.engine, p), getattr(TRUE, p)) < (0.1 if p == "c0_s" else 0.02), p
+        loose = p in ("c0_s", "c_chunk_sq_s")
+        assert rel(getattr(fit.engine, p), getattr(TRUE, p)) < (0.1 if loose else 0.02), p
     # Uniform noise in +-5 %: the median error is about 2.5 %, none much above 5 %.
     assert 0.015 < fit.error_p50 < 0.035
     assert 0.04 < fit.error_p90 < 0.055
@@ -62,9 +73,10 @@ def test_fit_with_5_percent_noise() -> None:
 def test_only_small_decode_steps_identify_the_floor_and_c_kv_alone() -> None:
     s = synthetic(TRUE)
     decode_only = s.prefill_tokens == 0  # all under the floor: c0, c_tok and c_attn unseen
-    fit = fit_steps(Steps(*(getattr(s, f)[decode_only] for f in Steps.__dataclass_fields__)))
-    assert fit.unidentified == ("c0_s", "c_tok_s", "c_attn_s")
+    fit = fit_steps(subset(s, decode_only))
+    assert fit.unidentified == ("c0_s", "c_tok_s", "c_attn_s", "c_chunk_sq_s")
     assert fit.engine.c0_s == fit.engine.c_tok_s == fit.engine.c_attn_s == 0
+    assert fit.engine.c_chunk_sq_s == 0
     assert rel(fit.engine.t_min_s, TRUE.t_min_s) < 0.01
     assert rel(fit.engine.c_kv_s, TRUE.c_kv_s) < 0.01
     assert fit.error_max < 1e-9
@@ -73,7 +85,7 @@ def test_only_small_decode_steps_identify_the_floor_and_c_kv_alone() -> None:
 def test_too_few_steps_or_one_batch_size_is_an_error() -> None:
     s = synthetic(TRUE)
     with pytest.raises(ValueError, match="at least 5 steps"):
-        fit_steps(Steps(*(getattr(s, f)[:3] for f in Steps.__dataclass_fields__)))
+        fit_steps(subset(s, np.arange(3)))
     same = np.full(10, 50.0)
     with pytest.raises(ValueError, match="two batch sizes"):
         fit_steps(Steps(same, same * 0, same * 10, same * 0, same / 1000))
@@ -102,7 +114,9 @@ def test_round_trip_simulate_csv_fit_profile_simulate(tmp_path: Path) -> None:
 
 
 def test_cli_json_and_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    s = synthetic(TRUE)
+    # A steps file of the five original columns: c_chunk_sq_s is not fitted and stays 0.
+    old = replace(TRUE, c_chunk_sq_s=0.0)
+    s = synthetic(old)
     path = tmp_path / "s.csv"
     rows = zip(s.prefill_tokens, s.decode_tokens, s.attention_pairs, s.decode_context_tokens,
                s.duration_s)  # fmt: skip
@@ -114,7 +128,8 @@ def test_cli_json_and_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     doc = json.loads(capsys.readouterr().out)
     assert doc["steps"] == 400 and doc["unidentified"] == []
     assert set(doc["relative_error"]) == {"p50", "p90", "p99", "max"}
-    assert rel(doc["engine"]["c_tok_s"], TRUE.c_tok_s) < 0.01
+    assert rel(doc["engine"]["c_tok_s"], old.c_tok_s) < 0.01
+    assert doc["engine"]["c_chunk_sq_s"] == 0
     assert main(["fit", str(path)]) == 0
     out = capsys.readouterr().out
     assert "c_attn_s" in out and "error p99" in out

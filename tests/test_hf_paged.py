@@ -409,6 +409,7 @@ def test_steps_csv(model: Any, backend: ModuleType, tmp_path: Path) -> None:
             "attention_pairs",
             "decode_context_tokens",
             "duration_s",
+            "prefill_chunk_sq",
         )
     )
     steps = engine.last_steps
@@ -421,6 +422,7 @@ def test_steps_csv(model: Any, backend: ModuleType, tmp_path: Path) -> None:
             s.decode_context_tokens,
         ]
         assert float(row[4]) == s.duration_s > 0
+        assert int(row[5]) == s.prefill_chunk_sq <= s.prefill_tokens**2
         assert s.prefill_tokens + s.decode_tokens <= 24
     assert sum(s.prefill_tokens for s in steps) == sum(map(len, prompts))
     assert sum(s.decode_tokens for s in steps) == len(prompts) * (MAX_NEW - 1)

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from chunked_prefill.sim import (
     DEFAULT_ENGINE,
+    ENGINE_PRESETS,
     EngineModel,
     ProfileError,
     Request,
@@ -55,16 +56,18 @@ def _wl(*reqs: tuple[float, int, int]) -> Workload:
 
 def test_single_request_ttft_is_the_sum_of_its_chunk_steps(backend: ModuleType) -> None:
     # Prompt 1000 tokens, chunk 512: two prefill steps, no decodes beside them.
-    # step 0: chunk [0, 512): max(9.5 ms, 2.2 ms + 65 us * 512 = 35.48 ms) = 35.48 ms
-    #         + 2.5 ns * (512 * 513 / 2 = 131 328 pairs) = 0.32832 ms -> 35.80832 ms
-    # step 1: chunk [512, 1000): 2.2 ms + 65 us * 488 = 33.92 ms
-    #         + 2.5 ns * (488 * 512 + 488 * 489 / 2 = 369 172 pairs) = 0.92293 ms -> 34.84293 ms
-    step0 = 35.80832e-3
-    step1 = 34.84293e-3
+    # step 0: chunk [0, 512): max(9.8 ms, 7.4 ms + 57.5 us * 512 = 36.84 ms) = 36.84 ms
+    #         + 2.7 ns * (512 * 513 / 2 = 131 328 pairs) = 0.3545856 ms
+    #         + 6.5 ns * 512**2 = 1.703936 ms -> 38.8985216 ms
+    # step 1: chunk [512, 1000): 7.4 ms + 57.5 us * 488 = 35.46 ms
+    #         + 2.7 ns * (488 * 512 + 488 * 489 / 2 = 369 172 pairs) = 0.9967644 ms
+    #         + 6.5 ns * 488**2 = 1.547936 ms -> 38.0047004 ms
+    step0 = 38.8985216e-3
+    step1 = 38.0047004e-3
     # Then 2 decode steps (output 3 tokens: the first comes with the last chunk):
-    # max(9.5 ms, 2.2 ms + 65 us) = 9.5 ms + 0.3 us * context (1001, then 1002 tokens)
-    dec0 = 9.5e-3 + 0.3e-6 * 1001
-    dec1 = 9.5e-3 + 0.3e-6 * 1002
+    # max(9.8 ms, 7.4 ms + 57.5 us) = 9.8 ms + 0.31 us * context (1001, then 1002 tokens)
+    dec0 = 9.8e-3 + 0.31e-6 * 1001
+    dec1 = 9.8e-3 + 0.31e-6 * 1002
     for arrival in (0.0, 2.5):
         (r,) = simulate(_wl((arrival, 1000, 3)), SimConfig(chunk_size=512), backend=backend)
         assert r.steps == 4
@@ -79,10 +82,11 @@ def test_single_request_ttft_is_the_sum_of_its_chunk_steps(backend: ModuleType) 
 
 
 def test_whole_prompt_is_one_step(backend: ModuleType) -> None:
-    # 1000 tokens at once: 2.2 ms + 65 ms = 67.2 ms + 2.5 ns * 500 500 = 1.25125 ms.
+    # 1000 tokens at once: 7.4 ms + 57.5 ms = 64.9 ms + 2.7 ns * 500 500 = 1.35135 ms
+    # + 6.5 ns * 1000**2 = 6.5 ms.
     (r,) = simulate(_wl((0.0, 1000, 1)), SimConfig(chunk_size=None), backend=backend)
     assert r.steps == 1
-    assert r.ttft_s.p50 == pytest.approx(68.45125e-3, rel=1e-12)
+    assert r.ttft_s.p50 == pytest.approx(72.75135e-3, rel=1e-12)
     assert r.e2e_s.p50 == r.ttft_s.p50
     assert r.tbt_s.count == 0 and r.tbt_s.p50 is None
 
@@ -167,9 +171,10 @@ def _reference(
         served = [decoding.popleft() for _ in range(d)]
         attn = sum(c.tokens * c.start + c.tokens * (c.tokens + 1) // 2 for c in step.chunks)
         ptok = sum(c.tokens for c in step.chunks)
+        sq = sum(c.tokens * c.tokens for c in step.chunks)
         kv = sum(wl.prompt_tokens[r] + generated[r] for r in served)
         lin = max(engine.t_min_s, engine.c0_s + engine.c_tok_s * (ptok + d))
-        now = now + (lin + engine.c_attn_s * attn + engine.c_kv_s * kv)
+        now = now + (lin + engine.c_attn_s * attn + engine.c_kv_s * kv + engine.c_chunk_sq_s * sq)
         steps += 1
         for r in served:
             generated[r] += 1
@@ -552,10 +557,35 @@ def test_profiles_toml_and_json(tmp_path: Path) -> None:
         load_profile(_write(tmp_path, "broken.toml", "c0_s = \n"))
 
 
+def test_engine_step_time_every_term_in_order() -> None:
+    e = EngineModel(t_min_s=0.01, c0_s=0.002, c_tok_s=1e-4, c_attn_s=1e-9, c_kv_s=1e-6,
+                    c_chunk_sq_s=1e-8)  # fmt: skip
+    # One chunk of 200 tokens after 100 cached ones, one decode of context 1000 (as the
+    # Rust test in rust/core/src/sim/engine.rs): the same float operations in the same order.
+    want = (0.002 + 1e-4 * 201) + 1e-9 * 40_100 + 1e-6 * 1000 + 1e-8 * 40_000
+    assert e.step_time(200, 1, EngineModel.chunk_pairs(100, 200), 1000, 200**2) == want
+    assert want == pytest.approx(0.0235401)
+
+
+def test_a_profile_without_the_chunk_term_keeps_the_base_value(tmp_path: Path) -> None:
+    old = _write(tmp_path, "old.toml", "t_min_s = 0.01\nc0_s = 0.002\nc_tok_s = 6e-5\n"
+                 "c_attn_s = 2e-9\nc_kv_s = 3e-7\n")  # fmt: skip
+    assert load_profile(old).c_chunk_sq_s == DEFAULT_ENGINE.c_chunk_sq_s == 6.5e-9
+    h100 = ENGINE_PRESETS["llama2-7b-h100"]
+    assert load_profile(old, base=h100).c_chunk_sq_s == h100.c_chunk_sq_s
+    new = _write(tmp_path, "new.json", '{"c_chunk_sq_s": 1e-9}')
+    assert load_profile(new).c_chunk_sq_s == 1e-9
+    with pytest.raises(ProfileError, match="c_chunk_sq_s"):
+        load_profile(_write(tmp_path, "neg.json", '{"c_chunk_sq_s": -1}'))
+
+
 def test_engine_step_time_formula() -> None:
     e = DEFAULT_ENGINE
-    assert e.step_time(0, 1, 0, 0) == pytest.approx(9.5e-3)
-    assert e.step_time(512, 0, EngineModel.chunk_pairs(0, 512), 0) == pytest.approx(35.80832e-3)
+    assert e.step_time(0, 1, 0, 0) == pytest.approx(9.8e-3)
+    # 7.4 ms + 57.5 us x 512 + 2.7 ns x 131 328 pairs + 6.5 ns x 512**2
+    pairs = EngineModel.chunk_pairs(0, 512)
+    assert e.step_time(512, 0, pairs, 0, 512**2) == pytest.approx(38.8985216e-3)
+    assert e.step_time(512, 0, pairs, 0) == pytest.approx(38.8985216e-3 - 1.703936e-3)
     assert EngineModel.chunk_pairs(512, 488) == 369172
     with pytest.raises(ValueError):
         EngineModel(c0_s=-1.0)

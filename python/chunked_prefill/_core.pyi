@@ -385,7 +385,7 @@ def simulate_serving(
     max_running: int,
     watermark: float,
     prefix_caching: bool,
-    engine: tuple[float, float, float, float, float],
+    engine: tuple[float, float, float, float, float, float],
     max_steps: int,
     roofline: list[float] | None = None,
 ) -> dict[str, Any]:

@@ -229,10 +229,11 @@ def _add_fit_parser(subparsers: Any) -> None:
         "fit",
         help="fit the engine model's coefficients to measured steps",
         description="Fit the step-latency model's coefficients (t_min_s, c0_s, c_tok_s,"
-        " c_attn_s, c_kv_s) by least squares to a CSV of measured steps with the columns"
-        " prefill_tokens, decode_tokens, attention_pairs, decode_context_tokens and"
-        " duration_s, and report the fit's relative error per step. Every bad input is one"
-        " line 'chunked-prefill fit: error: ...' on stderr and exit status 2.",
+        " c_attn_s, c_kv_s, c_chunk_sq_s) by least squares to a CSV of measured steps with the"
+        " columns prefill_tokens, decode_tokens, attention_pairs, decode_context_tokens and"
+        " duration_s (and prefill_chunk_sq, without which c_chunk_sq_s stays 0), and report"
+        " the fit's relative error per step. Every bad input is one line"
+        " 'chunked-prefill fit: error: ...' on stderr and exit status 2.",
     )
     p.add_argument("steps", metavar="STEPS.csv", help="the measured steps")
     p.add_argument(

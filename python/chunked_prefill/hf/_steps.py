@@ -19,6 +19,7 @@ STEP_COLUMNS = (
     "attention_pairs",
     "decode_context_tokens",
     "duration_s",
+    "prefill_chunk_sq",
 )
 """The columns of ``PagedEngine.generate(steps_csv=...)``, in order."""
 
@@ -36,6 +37,8 @@ class StepRecord:
     ``schedule()`` to the end of ``update()``, the forward pass and the KV gather and scatter
     included; ``scheduler_s`` the part of it spent in ``schedule()`` and ``update()``.
     ``step_index``, ``num_items`` and ``num_preempted`` identify the batch.
+    ``prefill_chunk_sq``: the squares of the prefill items' lengths, summed (the model's
+    ``c_chunk_sq_s`` term).
     """
 
     step_index: int
@@ -47,19 +50,21 @@ class StepRecord:
     decode_context_tokens: int
     duration_s: float
     scheduler_s: float
+    prefill_chunk_sq: int = 0
 
     @classmethod
     def of_batch(
         cls, batch: Any, computed: Iterable[Any], duration_s: float, scheduler_s: float
     ) -> StepRecord:
         """The record of ``batch``, counting the items in ``computed`` (the ones that ran)."""
-        prefill = decode = pairs = context = items = 0
+        prefill = decode = pairs = context = items = squares = 0
         for item in computed:
             n, start = item.tokens, item.start
             items += 1
             if item.is_prefill:
                 prefill += n
                 pairs += n * start + n * (n + 1) // 2
+                squares += n * n
             else:
                 decode += n
                 context += start + n
@@ -73,6 +78,7 @@ class StepRecord:
             decode_context_tokens=context,
             duration_s=duration_s,
             scheduler_s=scheduler_s,
+            prefill_chunk_sq=squares,
         )
 
 
@@ -89,5 +95,6 @@ def write_steps_csv(path: str | os.PathLike[str], steps: Sequence[StepRecord]) -
                     s.attention_pairs,
                     s.decode_context_tokens,
                     repr(s.duration_s),
+                    s.prefill_chunk_sq,
                 )
             )

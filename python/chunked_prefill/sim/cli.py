@@ -306,7 +306,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
         "--profile",
         metavar="FILE",
         help="TOML or JSON file of coefficients over the preset (keys: preset, name, t_min_s,"
-        " c0_s, c_tok_s, c_attn_s, c_kv_s)",
+        " c0_s, c_tok_s, c_attn_s, c_kv_s, c_chunk_sq_s)",
     )
     e.add_argument(
         "--t-min",
@@ -342,6 +342,13 @@ def _configure(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help=f"cost per decode context token (default: the preset's; {DEFAULT_ENGINE.c_kv_s:g} for"
         f" {DEFAULT_ENGINE.name})",
+    )
+    e.add_argument(
+        "--c-chunk-sq",
+        type=_COEFFICIENT,
+        metavar="S",
+        help="cost per squared token of each prefill chunk (default: the preset's;"
+        f" {DEFAULT_ENGINE.c_chunk_sq_s:g} for {DEFAULT_ENGINE.name})",
     )
 
     e.add_argument(
@@ -514,6 +521,7 @@ def _engine(args: argparse.Namespace) -> EngineModel:
         "c_tok_s": args.c_tok,
         "c_attn_s": args.c_attn,
         "c_kv_s": args.c_kv,
+        "c_chunk_sq_s": args.c_chunk_sq,
     }
     if any(v is not None for v in overrides.values()):
         try:
@@ -839,7 +847,7 @@ def _print_setup(
         f"[bold]engine[/]: {engine.name}: max({engine.t_min_s * 1e3:g} ms,"
         f" {engine.c0_s * 1e3:g} ms + {engine.c_tok_s * 1e6:g} us/token)"
         f" + {engine.c_attn_s * 1e9:g} ns/(q,k) pair + {engine.c_kv_s * 1e6:g} us/context"
-        " token",
+        f" token + {engine.c_chunk_sq_s * 1e9:g} ns/squared chunk token",
         highlight=False,
     )
 

@@ -6,6 +6,7 @@ duration is::
     t = max(t_min_s, c0_s + c_tok_s * (P + D))      # weights + token-proportional work
         + c_attn_s * sum over chunks of pairs(start, tokens)   # prefill attention
         + c_kv_s * sum over decoded requests of their context length  # decode attention
+        + c_chunk_sq_s * sum over chunks of tokens**2                 # attention within a chunk
 
 where ``pairs(start, n) = n * start + n * (n + 1) / 2`` is the exact number of causal
 (query, key) pairs of a chunk of ``n`` prompt tokens that follows ``start`` tokens already
@@ -47,21 +48,28 @@ time stays a finite float under it, so the table and ``--json`` always agree."""
 class EngineModel:
     """Coefficients of the step-latency model (all in seconds; see the module docstring).
 
-    The defaults are :data:`DEFAULT_ENGINE`: Llama-2-7B in fp16 on one A100-80GB.
+    The defaults are :data:`DEFAULT_ENGINE` (Llama-2-7B in fp16 on one A100-80GB), except
+    ``c_chunk_sq_s``.
     """
 
     name: str = "llama2-7b-a100"
     """A label for reports."""
-    t_min_s: float = 9.5e-3
+    t_min_s: float = 9.8e-3
     """The floor of the token-proportional part: a step reads all weights once."""
-    c0_s: float = 2.2e-3
+    c0_s: float = 7.4e-3
     """Fixed cost per step (launches, sampling, scheduling)."""
-    c_tok_s: float = 65e-6
+    c_tok_s: float = 57.5e-6
     """Cost per token in the batch (linear layers), prefill and decode alike."""
-    c_attn_s: float = 2.5e-9
+    c_attn_s: float = 2.7e-9
     """Cost per causal (query, key) pair of prefill attention."""
-    c_kv_s: float = 0.3e-6
+    c_kv_s: float = 0.31e-6
     """Cost per context token of a decode request (reading its KV cache)."""
+    c_chunk_sq_s: float = 0.0
+    """Cost per squared token of each prefill chunk (``sum of tokens**2`` over the step's
+    chunks): a chunk's attention among its own tokens, which Vidur's profiles show costs
+    several times more per pair than attending to cached tokens (docs/engines.md). Unlike
+    the other fields its default is 0, not the preset's, so a model written with the five
+    original coefficients keeps its meaning; :data:`DEFAULT_ENGINE` sets it."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -87,12 +95,19 @@ class EngineModel:
         decode_tokens: int,
         attention_pairs: int,
         decode_context_tokens: int,
+        prefill_chunk_sq: int = 0,
     ) -> float:
-        """The modelled duration of one step, in seconds."""
+        """The modelled duration of one step, in seconds (``prefill_chunk_sq``: the squares
+        of the step's prefill chunk lengths, summed)."""
         lin = self.c0_s + self.c_tok_s * (prefill_tokens + decode_tokens)
         if lin < self.t_min_s:
             lin = self.t_min_s
-        return lin + self.c_attn_s * attention_pairs + self.c_kv_s * decode_context_tokens
+        return (
+            lin
+            + self.c_attn_s * attention_pairs
+            + self.c_kv_s * decode_context_tokens
+            + self.c_chunk_sq_s * prefill_chunk_sq
+        )
 
     @staticmethod
     def chunk_pairs(start: int, tokens: int) -> int:
@@ -112,8 +127,12 @@ class EngineModel:
         return asdict(self)
 
 
-DEFAULT_ENGINE = EngineModel()
-"""Llama-2-7B (fp16) on one A100-80GB. Estimates, not measurements:
+DEFAULT_ENGINE = EngineModel(c_chunk_sq_s=6.5e-9)
+"""Llama-2-7B (fp16) on one A100-80GB, fitted to Vidur's profiles (docs/engines.md,
+"Cross-check against Vidur"; ``python scripts/vidur_crosscheck.py --fit``). Until the
+cross-check the preset was the estimate below; the fit moved ``t_min_s`` 9.5 -> 9.8 ms,
+``c0_s`` 2.2 -> 7.4 ms, ``c_tok_s`` 65 -> 57.5 us, ``c_attn_s`` 2.5 -> 2.7 ns, ``c_kv_s``
+0.30 -> 0.31 us and added ``c_chunk_sq_s`` = 6.5 ns (the old estimate's reasoning:
 
 * ``max(9.5 ms, 2.2 ms + 65 us x tokens)`` is the fit quoted from Vidur's public profiling
   data (Agrawal et al., "Vidur: A Large-Scale Simulation Framework For LLM Inference",
@@ -125,7 +144,7 @@ DEFAULT_ENGINE = EngineModel()
 * ``c_kv = 0.3 us`` per context token: each token's K and V are 2 x 32 layers x 4 096 x
   2 bytes = 512 KiB, read at ~1.7 TB/s.
 * ``c_attn = 2.5 ns`` per (query, key) pair: 4 x 4 096 x 32 = 0.5 MFLOP per pair at
-  ~200 TFLOP/s (the issue quotes 2-3 ns from Vidur's attention profiles).
+  ~200 TFLOP/s (the issue quotes 2-3 ns from Vidur's attention profiles).)
 """
 
 ENGINE_PRESETS: dict[str, EngineModel] = {
@@ -139,6 +158,7 @@ ENGINE_PRESETS: dict[str, EngineModel] = {
         c_tok_s=20e-6,
         c_attn_s=1.0e-9,
         c_kv_s=0.15e-6,
+        c_chunk_sq_s=2.6e-9,
     ),
 }
 """Named engine models (``--engine NAME``)."""
@@ -218,10 +238,11 @@ def load_profile(path: str | os.PathLike[str], base: EngineModel = DEFAULT_ENGIN
     """An engine model read from a TOML (``.toml``) or JSON file.
 
     The file holds any of the keys ``name``, ``t_min_s``, ``c0_s``, ``c_tok_s``,
-    ``c_attn_s`` and ``c_kv_s``, at the top level or in an ``[engine]`` table (a JSON
-    ``"engine"`` object); ``preset = "NAME"`` starts from an :data:`ENGINE_PRESETS` entry
-    instead of ``base``. Keys left out keep ``base``'s value. An unknown key or a bad
-    value raises :class:`ProfileError` naming the file and key.
+    ``c_attn_s``, ``c_kv_s`` and ``c_chunk_sq_s``, at the top level or in an ``[engine]``
+    table (a JSON ``"engine"`` object); ``preset = "NAME"`` starts from an
+    :data:`ENGINE_PRESETS` entry instead of ``base``. Keys left out keep ``base``'s value
+    (a profile written before ``c_chunk_sq_s`` existed keeps the base's). An unknown key or a
+    bad value raises :class:`ProfileError` naming the file and key.
     """
     name = os.fspath(path)
     try:

@@ -103,6 +103,7 @@ def roofline_from_args(
             ("--c-tok", "c_tok"),
             ("--c-attn", "c_attn"),
             ("--c-kv", "c_kv"),
+            ("--c-chunk-sq", "c_chunk_sq"),
         )
         if getattr(args, name, None) is not None
     ]

@@ -50,12 +50,16 @@ COLUMNS = (
 )
 """The columns a steps file must have."""
 
+OPTIONAL_COLUMN = "prefill_chunk_sq"
+"""The squares of the step's prefill chunk lengths, summed: read when present (the simulator
+writes it), so ``c_chunk_sq_s`` is fitted; without it that coefficient stays 0."""
+
 MAX_THRESHOLDS = 256
 """The most floor thresholds tried; beyond it they are spread over the quantiles of ``N``."""
 
 _COUNT_MAX = 2**63 - 1
 _COUNT = "a whole number in [0, 2**63 - 1]"
-_PARAMS = ("t_min_s", "c0_s", "c_tok_s", "c_attn_s", "c_kv_s")
+_PARAMS = ("t_min_s", "c0_s", "c_tok_s", "c_attn_s", "c_kv_s", "c_chunk_sq_s")
 
 Array = npt.NDArray[np.float64]
 
@@ -69,6 +73,15 @@ class Steps:
     attention_pairs: Array
     decode_context_tokens: Array
     duration_s: Array
+    prefill_chunk_sq: Array | None = None
+    """``None`` when the file has no ``prefill_chunk_sq`` column."""
+
+    @property
+    def chunk_sq(self) -> Array:
+        """The ``prefill_chunk_sq`` column, zeros when the file has none."""
+        if self.prefill_chunk_sq is None:
+            return np.zeros_like(self.duration_s)
+        return self.prefill_chunk_sq
 
     def __len__(self) -> int:
         return len(self.duration_s)
@@ -80,7 +93,7 @@ def write_steps_csv(steps: Iterable[StepRecord], path: str | os.PathLike[str]) -
     n = 0
     with open(path, "w", newline="", encoding="utf-8") as fh:
         out = csv.writer(fh, lineterminator="\n")
-        out.writerow(("step", "start_s", *COLUMNS))
+        out.writerow(("step", "start_s", *COLUMNS, OPTIONAL_COLUMN))
         for s in steps:
             out.writerow(
                 (
@@ -91,6 +104,7 @@ def write_steps_csv(steps: Iterable[StepRecord], path: str | os.PathLike[str]) -
                     s.attention_pairs,
                     s.decode_context_tokens,
                     repr(s.duration_s),
+                    s.prefill_chunk_sq,
                 )
             )
             n += 1
@@ -141,13 +155,28 @@ def read_steps_csv(path: str | os.PathLike[str]) -> Steps:
                 float(_parse_int(name, line, col, row[col], low=0, high=_COUNT_MAX, what=_COUNT))
                 for col in COLUMNS[:4]
             )
-            rows.append((*counts, _duration(name, line, row["duration_s"])))
+            sq = 0.0
+            if OPTIONAL_COLUMN in row:
+                sq = float(
+                    _parse_int(
+                        name,
+                        line,
+                        OPTIONAL_COLUMN,
+                        row[OPTIONAL_COLUMN],
+                        low=0,
+                        high=_COUNT_MAX,
+                        what=_COUNT,
+                    )
+                )
+            rows.append((*counts, _duration(name, line, row["duration_s"]), sq))
     except csv.Error as err:
         raise TraceError(name, reader.line_num, None, f"malformed CSV: {err}") from None
     if header is None:
         raise TraceError(name, 0, None, "is empty: expected a header row and steps")
-    table = np.array(rows, dtype=np.float64).reshape(len(rows), 5)
-    return Steps(*(table[:, i].copy() for i in range(5)))
+    table = np.array(rows, dtype=np.float64).reshape(len(rows), 6)
+    squares = table[:, 5].copy() if OPTIONAL_COLUMN in header else None
+    p, d, a, k, t = (table[:, i].copy() for i in range(5))
+    return Steps(p, d, a, k, t, prefill_chunk_sq=squares)
 
 
 @dataclass(frozen=True)
@@ -188,15 +217,15 @@ def _nnls(x: Array, y: Array) -> Array:
 def _design(s: Steps, floor: npt.NDArray[np.bool_]) -> Array:
     n = s.prefill_tokens + s.decode_tokens
     lin = ~floor
-    cols = (floor, lin, lin * n, s.attention_pairs, s.decode_context_tokens)
+    cols = (floor, lin, lin * n, s.attention_pairs, s.decode_context_tokens, s.chunk_sq)
     return np.column_stack([np.asarray(c, dtype=np.float64) for c in cols])
 
 
 def _predict(coef: Array, s: Steps) -> Array:
-    t_min, c0, c_tok, c_attn, c_kv = (float(c) for c in coef)
+    t_min, c0, c_tok, c_attn, c_kv, c_sq = (float(c) for c in coef)
     n = s.prefill_tokens + s.decode_tokens
     lin: Array = np.maximum(t_min, c0 + c_tok * n)
-    return lin + c_attn * s.attention_pairs + c_kv * s.decode_context_tokens
+    return lin + c_attn * s.attention_pairs + c_kv * s.decode_context_tokens + c_sq * s.chunk_sq
 
 
 def _fit_split(s: Steps, floor: npt.NDArray[np.bool_]) -> tuple[Array, float]:
@@ -224,8 +253,8 @@ def fit_steps(s: Steps, name: str = "fitted") -> FitResult:
     fewer than two distinct batch sizes. Coefficients whose term is 0 in every step (no
     prefill, no decode) are kept at 0 and named in :attr:`FitResult.unidentified`.
     """
-    if len(s) < len(_PARAMS):
-        raise ValueError(f"fitting needs at least {len(_PARAMS)} steps, got {len(s)}")
+    if len(s) < 5:
+        raise ValueError(f"fitting needs at least 5 steps, got {len(s)}")
     n = s.prefill_tokens + s.decode_tokens
     if len(np.unique(n)) < 2:
         raise ValueError(
@@ -261,6 +290,8 @@ def _result(coef: Array, s: Steps, name: str) -> FitResult:
         unidentified.append("c_attn_s")
     if not s.decode_context_tokens.any():
         unidentified.append("c_kv_s")
+    if s.prefill_chunk_sq is not None and not s.prefill_chunk_sq.any():
+        unidentified.append("c_chunk_sq_s")
     if floor.all():
         unidentified += ["c0_s", "c_tok_s"]
         coef[1] = coef[2] = 0.0

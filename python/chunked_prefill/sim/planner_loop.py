@@ -199,20 +199,22 @@ class _DecodePool:
             self.dead = 0
 
 
-def _sum_chunks(chunks: Any, prefilled: list[int]) -> tuple[int, int, list[int]]:
-    """One step's prefill tokens, attention pairs, and the requests whose prompt completes;
-    counts each chunk into ``prefilled``."""
+def _sum_chunks(chunks: Any, prefilled: list[int]) -> tuple[int, int, int, list[int]]:
+    """One step's prefill tokens, attention pairs, squared chunk lengths summed, and the
+    requests whose prompt completes; counts each chunk into ``prefilled``."""
     tokens = 0
     attn = 0
+    squares = 0
     lasts: list[int] = []
     for c in chunks:
         t = c.tokens
         tokens += t
         attn += t * c.start + (t * (t + 1) >> 1)
+        squares += t * t
         prefilled[c.request_id] += t
         if c.is_last:
             lasts.append(c.request_id)
-    return tokens, attn, lasts
+    return tokens, attn, squares, lasts
 
 
 class _Run:
@@ -273,7 +275,7 @@ class _Run:
         pool = self.pool
         step = self.sched.next_step(pool.size)
         d = step.decode_tokens
-        ptok, attn, lasts = _sum_chunks(step.chunks, self.prefilled)
+        ptok, attn, squares, lasts = _sum_chunks(step.chunks, self.prefilled)
         if d > pool.size or (d == 0 and ptok == 0):
             raise RuntimeError(
                 f"step {step.step_index}: the scheduler planned {d} decode tokens and"
@@ -282,10 +284,9 @@ class _Run:
         served, kv = pool.pick(d)
         start_t = self.now
         if isinstance(self.engine, RooflineModel):
-            sq = sum(c.tokens * c.tokens for c in step.chunks)
-            dur = self.engine.step_time(ptok, d, attn, kv, sq, len(step.chunks))
+            dur = self.engine.step_time(ptok, d, attn, kv, squares, len(step.chunks))
         else:
-            dur = self.engine.step_time(ptok, d, attn, kv)
+            dur = self.engine.step_time(ptok, d, attn, kv, squares)
         self.now = start_t + dur
         self.steps += 1
         self.prefill_total += ptok
@@ -295,7 +296,7 @@ class _Run:
         if pool.dead > 64:
             pool.compact()
         if log is not None:
-            log.append(self._record(step, start_t, d, decoded, attn, kv))
+            log.append(self._record(step, start_t, d, decoded, (attn, kv, squares)))
 
     def _decode(
         self, d: int, served: list[int] | None, dur: float, gaps: _Gaps, logged: bool
@@ -327,10 +328,17 @@ class _Run:
         self.sched.drain_completed()
 
     def _record(
-        self, step: Any, start_t: float, d: int, decoded: tuple[int, ...], attn: int, kv: int
+        self,
+        step: Any,
+        start_t: float,
+        d: int,
+        decoded: tuple[int, ...],
+        sums: tuple[int, int, int],
     ) -> StepRecord:
+        """The step log's entry; ``sums`` is (attention pairs, decode context, squares)."""
         from .simulator import StepRecord
 
+        attn, kv, squares = sums
         return StepRecord(
             index=step.step_index,
             start_s=start_t,
@@ -340,6 +348,7 @@ class _Run:
             decoded=decoded,
             attention_pairs=attn,
             decode_context_tokens=kv,
+            prefill_chunk_sq=squares,
         )
 
     def check(self) -> None:

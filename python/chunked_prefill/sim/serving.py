@@ -226,7 +226,7 @@ def _run_rust(
 
     plan = TokenPlan(workload)
     roofline: list[float] | None = None
-    linear_coefficients = (0.0, 0.0, 0.0, 0.0, 0.0)
+    linear_coefficients = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     if isinstance(engine, RooflineModel):
         roofline = engine.coefficients()
     else:
@@ -236,6 +236,7 @@ def _run_rust(
             engine.c_tok_s,
             engine.c_attn_s,
             engine.c_kv_s,
+            engine.c_chunk_sq_s,
         )
     raw: dict[str, Any] = _core.simulate_serving(
         _bytes(workload.arrival_s, "<f8"),

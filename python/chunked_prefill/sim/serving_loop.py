@@ -120,7 +120,7 @@ def run_loop(
         if isinstance(engine, RooflineModel):
             duration = engine.step_time(prefill, decode, pairs, context, chunk_sq, chunks)
         else:
-            duration = engine.step_time(prefill, decode, pairs, context)
+            duration = engine.step_time(prefill, decode, pairs, context, chunk_sq)
         now = start + duration
         used = config["num_blocks"] - batch.num_free_blocks
         _kv(rec, used, duration, now)

@@ -243,6 +243,8 @@ class StepRecord:
     """Causal (query, key) pairs of the step's prefill chunks (the model's ``c_attn`` term)."""
     decode_context_tokens: int = 0
     """Context tokens of the decoded requests (the model's ``c_kv`` term)."""
+    prefill_chunk_sq: int = 0
+    """The squares of the step's prefill chunk lengths, summed (the ``c_chunk_sq`` term)."""
 
     @property
     def prefill_tokens(self) -> int:

@@ -15,6 +15,7 @@ const ONE_SECOND: EngineModel = EngineModel {
     c_tok_s: 0.0,
     c_attn_s: 0.0,
     c_kv_s: 0.0,
+    c_chunk_sq_s: 0.0,
 };
 
 fn config(num_blocks: usize, block_size: usize) -> ServingConfig {
@@ -55,12 +56,19 @@ fn step_time_is_the_python_formula() {
         c_tok_s: 65e-6,
         c_attn_s: 2.5e-9,
         c_kv_s: 0.3e-6,
+        c_chunk_sq_s: 6e-9,
     };
     // Below the floor: t_min; above it, the linear part.
-    assert_eq!(engine.step_time(0, 10, 0, 0), 9.5e-3);
+    let decode = StepShape {
+        decode_tokens: 10,
+        ..StepShape::default()
+    };
+    assert_eq!(engine.step_time(&decode), 9.5e-3);
+    let mut chunk = StepShape::default();
+    chunk.add_chunk(0, 512);
     let lin = 2.2e-3 + 65e-6 * 512.0;
-    let want = lin + 2.5e-9 * 131_328.0 + 0.3e-6 * 0.0;
-    assert_eq!(engine.step_time(512, 0, 131_328, 0), want);
+    let want = lin + 2.5e-9 * 131_328.0 + 0.3e-6 * 0.0 + 6e-9 * 262_144.0;
+    assert_eq!(engine.step_time(&chunk), want);
     assert_eq!(chunked_prefill::sim::chunk_pairs(0, 512), 131_328);
     assert_eq!(chunked_prefill::sim::chunk_pairs(10, 2), 23);
 }

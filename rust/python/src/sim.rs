@@ -78,7 +78,7 @@ pub(crate) fn simulate_serving<'py>(
     max_running: usize,
     watermark: f64,
     prefix_caching: bool,
-    engine: (f64, f64, f64, f64, f64),
+    engine: (f64, f64, f64, f64, f64, f64),
     max_steps: u64,
     roofline: Option<Vec<f64>>,
 ) -> PyResult<Bound<'py, PyDict>> {
@@ -131,7 +131,7 @@ pub(crate) fn simulate_serving<'py>(
             ));
         }
     }
-    let (t_min_s, c0_s, c_tok_s, c_attn_s, c_kv_s) = engine;
+    let (t_min_s, c0_s, c_tok_s, c_attn_s, c_kv_s, c_chunk_sq_s) = engine;
     let options = SimOptions {
         config: ServingConfig {
             num_blocks,
@@ -151,6 +151,7 @@ pub(crate) fn simulate_serving<'py>(
                 c_tok_s,
                 c_attn_s,
                 c_kv_s,
+                c_chunk_sq_s,
             }),
         },
         max_steps,

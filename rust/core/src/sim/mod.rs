@@ -18,9 +18,9 @@ mod run;
 mod step;
 mod workload;
 
-pub use engine::{chunk_pairs, EngineModel};
+pub use engine::{chunk_pairs, EngineModel, StepShape};
 pub use metrics::{Outcome, KV_SERIES_CAP};
 pub use roofline::{pow_int, Roofline};
 pub use run::{check_fits, run, SimError, SimOptions};
-pub use step::{StepModel, StepShape};
+pub use step::StepModel;
 pub use workload::{token_id, TokenPlan, Workload, NO_GROUP};

@@ -5,7 +5,7 @@
 //! the float operations of `RooflineModel.step_time` in the same order so both give the same
 //! bits.
 
-use super::step::StepShape;
+use super::engine::StepShape;
 
 /// The coefficients of the roofline model of one model on one tensor-parallel group of GPUs.
 #[derive(Debug, Clone, Copy, PartialEq)]

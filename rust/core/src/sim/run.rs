@@ -3,9 +3,9 @@
 
 use std::fmt;
 
-use super::engine::chunk_pairs;
+use super::engine::StepShape;
 use super::metrics::Outcome;
-use super::step::{StepModel, StepShape};
+use super::step::StepModel;
 use super::workload::Workload;
 use crate::serving::{Prompt, ServingConfig, ServingScheduler, TokenIds};
 
@@ -205,7 +205,7 @@ impl Loop<'_> {
         }
         let out = &mut self.out;
         let start = self.now;
-        let (mut pairs, mut context, mut chunks, mut chunk_sq) = (0u128, 0u128, 0u64, 0u128);
+        let mut shape = StepShape::default();
         for &id in batch.preempted() {
             out.preemptions[id as usize] += 1;
         }
@@ -216,26 +216,19 @@ impl Loop<'_> {
                 out.cached_tokens[r] = item.cached_tokens as u64;
             }
             if item.is_prefill {
-                pairs += chunk_pairs(item.start, item.tokens as u128);
-                chunks += 1;
-                chunk_sq += (item.tokens as u128) * (item.tokens as u128);
+                shape.add_chunk(item.start, item.tokens as u64);
                 if out.preemptions[r] > 0 {
                     out.recomputed_tokens[r] += item.tokens as u64;
                 }
             } else {
-                context += item.start + 1;
+                shape.add_decode(item.start + 1);
             }
         }
         let prefill = batch.num_prefill_tokens() as u64;
         let decode = batch.num_decode_tokens() as u64;
-        let duration = engine.step_time(&StepShape {
-            prefill_tokens: prefill,
-            decode_tokens: decode,
-            prefill_chunks: chunks,
-            attention_pairs: pairs,
-            decode_context_tokens: context,
-            prefill_chunk_sq: chunk_sq,
-        });
+        // The batch's own counts (as the pure loop reads them), not the sums of the items.
+        (shape.prefill_tokens, shape.decode_tokens) = (prefill, decode);
+        let duration = engine.step_time(&shape);
         self.now = start + duration;
         let used = (num_blocks - batch.num_free_blocks()) as u64;
         out.kv(used, duration, self.now);
