@@ -215,5 +215,6 @@ def roofline_line(engine: RooflineModel, blocks: str | None = None) -> str:
         f"{engine.name} (roofline{pool}): {engine.overhead_s * 1e3:.3g} ms +"
         f" max({engine.token_s * 1e6:.3g} us/token, {engine.dense_read_s * 1e3:.3g} ms"
         f" weight reads{moe}) + {engine.pair_s * 1e9:.3g} ns/(q,k) pair +"
-        f" {engine.kv_token_s * 1e6:.3g} us/context token{comm}"
+        f" {engine.chunk_sq_s * 1e9:.3g} ns/chunk token² + {engine.kv_token_s * 1e6:.3g}"
+        f" us/context token{comm}"
     )
