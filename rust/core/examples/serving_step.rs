@@ -13,7 +13,7 @@ const STEPS: usize = 20;
 
 #[inline(never)]
 fn step(scheduler: &mut ServingScheduler, tokens: &mut Vec<u32>) -> Result<(), String> {
-    let batch = scheduler.schedule().map_err(|e| e.to_string())?.clone();
+    let batch = scheduler.schedule_shared().map_err(|e| e.to_string())?;
     tokens.clear();
     tokens.resize(batch.sampling_ids().len(), 7);
     scheduler

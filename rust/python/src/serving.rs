@@ -128,7 +128,7 @@ impl PyServingScheduler {
     /// ``schedule()``.
     fn schedule(&self) -> PyResult<PyBatch> {
         let mut guard = self.lock()?;
-        let batch = guard.schedule().map_err(core_err)?.clone();
+        let batch = guard.schedule_shared().map_err(core_err)?;
         let issue = NEXT_ISSUE.fetch_add(1, Ordering::Relaxed);
         self.issued.store(issue, Ordering::Relaxed);
         drop(guard);
@@ -154,7 +154,7 @@ impl PyServingScheduler {
     ) -> PyResult<Bound<'py, PyList>> {
         let py = batch.py();
         let (batch, issue) = match batch.cast::<PyBatch>() {
-            Ok(batch) => (&batch.get().inner, batch.get().issue),
+            Ok(batch) => (&*batch.get().inner, batch.get().issue),
             Err(_) => return Err(type_error("not_batch", "batch", batch)),
         };
         // The batch is checked first; the arguments are then converted without the lock

@@ -5,6 +5,7 @@
 //! never pays for one `BatchItem` object per item.
 
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use chunked_prefill::serving::{Batch, BatchItem, RequestView};
 use pyo3::exceptions::PyOverflowError;
@@ -181,7 +182,8 @@ impl PyBatchItem {
 /// blocks in this step (the engine drops their KV cache).
 #[pyclass(name = "Batch", module = "chunked_prefill._core", frozen)]
 pub(crate) struct PyBatch {
-    pub(crate) inner: Batch,
+    /// Shared with the scheduler that planned it: `schedule()` copies nothing.
+    pub(crate) inner: Arc<Batch>,
     /// The `schedule()` call that made it (see `PyServingScheduler::issued`); 0 for a batch
     /// built or unpickled in Python.
     pub(crate) issue: u64,
@@ -194,11 +196,11 @@ pub(crate) struct PyBatch {
 
 impl PyBatch {
     pub(crate) fn wrap(inner: Batch) -> Self {
-        Self::issued(inner, 0)
+        Self::issued(Arc::new(inner), 0)
     }
 
     /// The batch `schedule()` call number `issue` returned.
-    pub(crate) fn issued(inner: Batch, issue: u64) -> Self {
+    pub(crate) fn issued(inner: Arc<Batch>, issue: u64) -> Self {
         Self {
             inner,
             issue,
@@ -351,7 +353,7 @@ impl PyBatch {
     }
 
     fn __eq__(&self, other: &Bound<'_, Self>) -> bool {
-        other.get().inner == self.inner
+        *other.get().inner == *self.inner
     }
 
     fn __hash__(&self) -> u64 {

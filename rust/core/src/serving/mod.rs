@@ -3,7 +3,9 @@
 //!
 //! Small parts with one job each: [`ServingConfig`]; the block pool (ref counts, hashes, the
 //! free queue; it knows nothing of requests); the content hash chain; the request record;
-//! [`ServingScheduler`] with the step rule; [`Batch`], the plan of one step.
+//! the request slab; [`ServingScheduler`]'s state and request lifecycle, its step rule
+//! (`step.rs`), its `update` (`update.rs`) and invariant checks; [`Batch`], the plan of one
+//! step.
 //!
 //! # The rule of one step
 //!
@@ -20,14 +22,20 @@
 mod batch;
 mod block_pool;
 mod config;
+mod counts;
 mod hash;
+mod invariants;
 mod request;
 mod scheduler;
+mod slab;
 mod state;
+mod step;
+mod update;
 
 pub use batch::{Batch, BatchItem};
 pub use config::ServingConfig;
 pub use hash::{block_hash, root_hash, BlockHash};
 pub use request::{Prompt, RequestState, RequestView};
-pub use scheduler::{ServingScheduler, TokenIds};
+pub use scheduler::ServingScheduler;
 pub use state::{RequestRecord, ServingState};
+pub use update::TokenIds;

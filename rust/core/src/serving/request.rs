@@ -1,5 +1,8 @@
 //! The request record and its public view.
 
+use std::sync::Arc;
+
+use super::counts::div_blocks;
 use super::hash::{block_message, block_message_of, hash_message, root_hash, BlockHash};
 
 /// A request's prompt as `add_request` takes it.
@@ -54,15 +57,16 @@ pub struct RequestView {
     pub num_cached_tokens: u128,
 }
 
-/// The prompt as stored: ids, or a count of unknown tokens.
+/// The prompt as stored: ids, or a count of unknown tokens. The ids never change once
+/// added, so copies of a scheduler share them.
 #[derive(Debug, Clone)]
 pub(crate) enum PromptIds {
-    Known(Vec<u32>),
+    Known(Arc<[u32]>),
     Unknown(u64),
 }
 
 /// A tracked request.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Request {
     pub(crate) id: u64,
     /// The `add_request` order: the tie-break of the rank.
@@ -85,6 +89,27 @@ pub(crate) struct Request {
     pub(crate) state: RequestState,
     /// Its item's index in the batch being planned, or `Some` while that batch is pending.
     pub(crate) item: Option<usize>,
+}
+
+/// A copy of `items` with the spare capacity of the original: a copied scheduler goes on
+/// growing these vectors, and a copy at exact capacity would reallocate every one of them
+/// in its first step.
+fn with_room<T: Clone>(items: &Vec<T>) -> Vec<T> {
+    let mut copy = Vec::with_capacity(items.capacity());
+    copy.extend_from_slice(items);
+    copy
+}
+
+impl Clone for Request {
+    fn clone(&self) -> Self {
+        Self {
+            prompt: self.prompt.clone(),
+            generated: with_room(&self.generated),
+            table: with_room(&self.table),
+            hashes: with_room(&self.hashes),
+            ..*self
+        }
+    }
 }
 
 impl Request {
@@ -164,7 +189,7 @@ impl Request {
         block_size: usize,
         message: &mut Vec<u8>,
     ) -> usize {
-        let limit = blocks.min(self.known_prefix() / block_size);
+        let limit = blocks.min(div_blocks(self.known_prefix(), block_size));
         while self.hashes.len() < limit {
             let i = self.hashes.len();
             let parent = match self.hashes.last() {

@@ -348,7 +348,7 @@ impl Request {
         let prompt_len = usize::try_from(record.prompt_len).unwrap_or(usize::MAX);
         let (prompt, generated) = record.tokens.split_at(prompt_len.min(record.tokens.len()));
         let prompt = match prompt.iter().copied().collect::<Option<Vec<u32>>>() {
-            Some(ids) => PromptIds::Known(ids),
+            Some(ids) => PromptIds::Known(ids.into()),
             None => PromptIds::Unknown(record.prompt_len),
         };
         let mut request = Self::new(

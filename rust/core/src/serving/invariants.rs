@@ -1,0 +1,99 @@
+//! `check_invariants`: every invariant of the scheduler, for tests.
+
+use std::collections::{HashMap, HashSet};
+
+use super::counts::{blocks_for, shortfall};
+use super::request::RequestState;
+use super::scheduler::{Entry, ServingScheduler};
+
+impl ServingScheduler {
+    /// Check every invariant of the scheduler (for tests): blocks free xor held with ref
+    /// counts equal to their holders, table sizes, queues and counters.
+    ///
+    /// # Errors
+    ///
+    /// A description of the first broken invariant.
+    #[doc(hidden)]
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let block_size = self.config.block_size;
+        let mut owners: HashMap<usize, usize> = HashMap::new();
+        let mut planned: HashMap<u64, usize> = HashMap::new();
+        let pending = self.pending_batch();
+        if let Some(batch) = pending {
+            for item in &batch.items {
+                planned.insert(item.request_id, item.tokens);
+            }
+        }
+        let mut running = 0;
+        for request in self.requests.values() {
+            let id = request.id;
+            let mut seen = HashSet::new();
+            for &block in &request.table {
+                if !seen.insert(block) {
+                    return Err(format!("request {id} holds block {block} twice"));
+                }
+                *owners.entry(block).or_default() += 1;
+            }
+            let tokens = planned.get(&id).copied().unwrap_or(0) as u128;
+            let want = blocks_for(request.num_computed + tokens, block_size);
+            match request.state {
+                RequestState::Running => {
+                    running += 1;
+                    if request.table.len() != want {
+                        return Err(format!(
+                            "request {id} holds {} blocks, not {want}",
+                            request.table.len()
+                        ));
+                    }
+                    if request.num_computed + tokens > request.num_tokens()
+                        || (tokens == 0 && request.num_computed >= request.num_tokens())
+                    {
+                        return Err(format!("request {id} computed past its tokens"));
+                    }
+                    if !self.running.iter().any(|&(rank, _)| rank == request.rank()) {
+                        return Err(format!("running request {id} not in the running list"));
+                    }
+                }
+                RequestState::Waiting => {
+                    if !request.table.is_empty() || request.num_computed != 0 || tokens != 0 {
+                        return Err(format!("waiting request {id} holds blocks or work"));
+                    }
+                }
+            }
+            if request.num_generated() >= request.max_new_tokens {
+                return Err(format!("request {id} should have finished"));
+            }
+        }
+        if running != self.running.len() || self.running.len() > self.config.max_running {
+            return Err("running list and running requests disagree".into());
+        }
+        if !self.running.windows(2).all(|pair| pair[0].0 < pair[1].0) {
+            return Err("running list not sorted by rank".into());
+        }
+        let holds =
+            |&(rank, slot): &Entry| self.requests.at(slot).is_some_and(|r| r.rank() == rank);
+        if !self.running.iter().all(holds) {
+            return Err("a running entry's slot holds another request".into());
+        }
+        let deficit: usize = (self.requests.values())
+            .filter(|request| request.state == RequestState::Running)
+            .map(|request| shortfall(request, block_size))
+            .sum();
+        if deficit != self.deficit {
+            return Err(format!(
+                "deficit {} but running requests need {deficit}",
+                self.deficit
+            ));
+        }
+        if self.requests.len() - running != self.num_waiting {
+            return Err("num_waiting disagrees".into());
+        }
+        if let Some(batch) = pending {
+            let tokens = batch.num_prefill_tokens + batch.num_decode_tokens;
+            if tokens > self.config.token_budget {
+                return Err(format!("batch carries {tokens} tokens, above the budget"));
+            }
+        }
+        self.pool.check(&owners)
+    }
+}

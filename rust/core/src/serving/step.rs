@@ -1,0 +1,335 @@
+//! The step rule: `schedule()` plans one step in the passes of the module docs (decodes,
+//! started prefills, admissions), preempting when blocks run out.
+
+use std::cmp::Reverse;
+use std::sync::Arc;
+
+use super::batch::{Batch, BatchItem};
+use super::block_pool::BlockPool;
+use super::counts::{blocks_for, chunk, full_blocks, shortfall, tokens_in};
+use super::request::{Request, RequestState};
+use super::scheduler::ServingScheduler;
+use crate::CoreError;
+
+/// What a step still has room for while it is planned.
+struct Room {
+    budget: usize,
+    prefills: usize,
+}
+
+/// The longest chain of cached full blocks of `request`, leaving at least one token to
+/// compute, into `hits`. Hashes are computed only up to the first miss (`message` is scratch).
+fn cached_prefix(
+    pool: &BlockPool,
+    request: &mut Request,
+    block_size: usize,
+    hits: &mut Vec<usize>,
+    message: &mut Vec<u8>,
+) {
+    let most = full_blocks(request.num_tokens() - 1, block_size);
+    for block in 0..most {
+        let hit = request.hash_at(block, block_size, message);
+        match hit.and_then(|hash| pool.lookup(&hash)) {
+            Some(hit) => hits.push(hit),
+            None => break,
+        }
+    }
+}
+
+impl ServingScheduler {
+    /// Plan the next step (see the module docs of the step rule): decodes, started
+    /// prefills, then admissions. Every batch, even an empty one, awaits its `update`.
+    ///
+    /// # Errors
+    ///
+    /// [`CoreError::BatchPending`] while the previous batch awaits `update`.
+    pub fn schedule(&mut self) -> Result<&Batch, CoreError> {
+        self.schedule_shared()?;
+        self.pending_batch()
+            .ok_or(CoreError::BatchNotPending { got: 0 })
+    }
+
+    /// [`schedule`](Self::schedule), returning the batch shared rather than borrowed (a
+    /// binding hands it out without copying it).
+    ///
+    /// # Errors
+    ///
+    /// As [`schedule`](Self::schedule).
+    pub fn schedule_shared(&mut self) -> Result<Arc<Batch>, CoreError> {
+        if self.pending {
+            return Err(CoreError::BatchPending {
+                step_index: self.sealed_step(),
+            });
+        }
+        self.recycle_batch();
+        self.batch.step_index = self.step_index;
+        self.step_index += 1;
+        let mut room = Room {
+            budget: self.config.token_budget,
+            prefills: 0,
+        };
+        self.plan_decodes(&mut room);
+        self.plan_started_prefills(&mut room);
+        if self.batch.preempted.is_empty() {
+            self.admit(&mut room);
+        }
+        self.seal_batch();
+        self.pending = true;
+        let sealed = Arc::new(std::mem::take(&mut self.batch));
+        self.sealed = Some(Arc::clone(&sealed));
+        Ok(sealed)
+    }
+
+    /// Pass 1: each decode, in rank order, gets 1 token (and a block when its last one is
+    /// full), preempting the worst-ranked running requests for that block if needed.
+    fn plan_decodes(&mut self, room: &mut Room) {
+        let block_size = self.config.block_size;
+        let mut at = 0;
+        while at < self.running.len() {
+            let slot = self.running[at].1;
+            let Some(request) = self.requests.at(slot) else {
+                break;
+            };
+            if request.left() == 1 {
+                let needs = request.num_computed == tokens_in(request.table.len(), block_size);
+                if !self.make_room(slot, usize::from(needs), room) {
+                    break; // it was the worst-ranked: nothing follows it
+                }
+                self.plan_item(slot, 1, false, usize::from(needs), &[]);
+                room.budget = room.budget.saturating_sub(1);
+            }
+            at += 1;
+        }
+    }
+
+    /// Pass 2: each running prefill, in rank order, gets `min(left, chunk_size, budget)`
+    /// tokens and all their blocks, or is preempted itself.
+    fn plan_started_prefills(&mut self, room: &mut Room) {
+        let block_size = self.config.block_size;
+        let mut at = 0;
+        while at < self.running.len() {
+            if room.prefills == self.config.max_prefills_per_step || room.budget == 0 {
+                break;
+            }
+            let slot = self.running[at].1;
+            let Some(request) = self.requests.at(slot) else {
+                break;
+            };
+            if request.item.is_none() && request.left() > 1 {
+                let tokens = chunk(request.left(), self.config.chunk_size, room.budget);
+                let end = request.num_computed + tokens as u128;
+                let needed = blocks_for(end, block_size) - request.table.len();
+                if !self.make_room(slot, needed, room) {
+                    break;
+                }
+                self.plan_item(slot, tokens, true, needed, &[]);
+                room.budget -= tokens;
+                room.prefills += 1;
+            }
+            at += 1;
+        }
+    }
+
+    /// Pass 3: admit waiting requests in rank order while the step has room and each one's
+    /// blocks fit beside what running prefills still need and the watermark. The first that
+    /// does not fit stops admission; admission never preempts.
+    fn admit(&mut self, room: &mut Room) {
+        while room.budget > 0
+            && room.prefills < self.config.max_prefills_per_step
+            && self.running.len() < self.config.max_running
+        {
+            let Some(&Reverse((rank, slot))) = self.waiting.peek() else {
+                break;
+            };
+            let (_, seq, id) = rank;
+            let live = (self.requests.at(slot))
+                .is_some_and(|r| r.id == id && r.state == RequestState::Waiting && r.seq == seq);
+            if !live {
+                self.waiting.pop(); // stale: aborted or finished while waiting
+                continue;
+            }
+            let mut hits = std::mem::take(&mut self.hits);
+            hits.clear();
+            let admitted = self.admit_one(slot, room, &mut hits);
+            self.hits = hits;
+            if !admitted {
+                break;
+            }
+        }
+    }
+
+    /// Admit the waiting request at the top of the queue, in `slot`, if its blocks fit;
+    /// `hits` is scratch for its cache hits.
+    fn admit_one(&mut self, slot: usize, room: &mut Room, hits: &mut Vec<usize>) -> bool {
+        let block_size = self.config.block_size;
+        let running_need = self.deficit as u128;
+        let Some(request) = self.requests.at_mut(slot) else {
+            return false;
+        };
+        if self.config.prefix_caching {
+            cached_prefix(&self.pool, request, block_size, hits, &mut self.message);
+        }
+        let free_hits = hits.iter().filter(|&&b| self.pool.ref_count(b) == 0);
+        let free = (self.pool.num_free() - free_hits.count()) as u128;
+        let all_blocks = blocks_for(request.num_tokens(), block_size);
+        let own_need = (all_blocks - hits.len()) as u128;
+        if own_need + running_need + self.watermark_blocks as u128 > free {
+            return false;
+        }
+
+        self.waiting.pop();
+        self.num_waiting -= 1;
+        let cached = tokens_in(hits.len(), block_size);
+        for &hit in hits.iter() {
+            self.pool.take_hit(hit);
+        }
+        request.table.extend_from_slice(hits);
+        request.num_computed = cached;
+        request.num_cached_tokens += cached;
+        self.num_cached_tokens += cached;
+        request.state = RequestState::Running;
+        self.deficit += all_blocks - hits.len();
+        let entry = (request.rank(), slot);
+        let at = self.running.partition_point(|other| *other < entry);
+        self.running.insert(at, entry);
+
+        let tokens = chunk(request.left(), self.config.chunk_size, room.budget);
+        let end = request.num_computed + tokens as u128;
+        let needed = blocks_for(end, block_size) - request.table.len();
+        self.plan_item(slot, tokens, true, needed, hits);
+        room.budget -= tokens;
+        room.prefills += 1;
+        true
+    }
+
+    /// Preempt the worst-ranked running requests until `needed` blocks are free. Returns
+    /// false if `requester` (a slot) itself was the worst-ranked and was preempted.
+    fn make_room(&mut self, requester: usize, needed: usize, room: &mut Room) -> bool {
+        while self.pool.num_free() < needed {
+            let Some(&(_, victim)) = self.running.last() else {
+                return false;
+            };
+            self.preempt_worst(room);
+            if victim == requester {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Take the blocks of the worst-ranked running request and put it back among the
+    /// waiting with its rank; an item it had in this batch leaves it.
+    fn preempt_worst(&mut self, room: &mut Room) {
+        let Some((rank, slot)) = self.running.pop() else {
+            return;
+        };
+        let block_size = self.config.block_size;
+        let Some(request) = self.requests.at_mut(slot) else {
+            return;
+        };
+        let short = shortfall(request, block_size);
+        self.deficit = self.deficit.saturating_sub(short);
+        for &block in request.table.iter().rev() {
+            self.pool.release(block);
+        }
+        request.table.clear();
+        request.num_computed = 0;
+        request.num_preemptions += 1;
+        self.num_preemptions += 1;
+        request.state = RequestState::Waiting;
+        if let Some(at) = request.item.take() {
+            let item = &mut self.batch.items[at];
+            room.budget += item.tokens;
+            if item.is_prefill {
+                room.prefills -= 1;
+            }
+            item.tokens = 0; // removed; `seal_batch` drops it
+        }
+        self.waiting.push(Reverse((rank, slot)));
+        self.num_waiting += 1;
+        self.batch.preempted.push(rank.2);
+    }
+
+    /// Append an item for the request in `slot`, allocating `needed` blocks from the head of
+    /// the free queue; `hits` are the cache hits it was just admitted with.
+    fn plan_item(
+        &mut self,
+        slot: usize,
+        tokens: usize,
+        is_prefill: bool,
+        needed: usize,
+        hits: &[usize],
+    ) {
+        let Some(request) = self.requests.at_mut(slot) else {
+            return;
+        };
+        let mut new_blocks = self.spare.pop().unwrap_or_default();
+        new_blocks.extend_from_slice(hits);
+        for _ in 0..needed {
+            // `make_room` or the admission check made sure the blocks are free.
+            if let Some(block) = self.pool.allocate() {
+                request.table.push(block);
+                new_blocks.push(block);
+                self.deficit = self.deficit.saturating_sub(1);
+            }
+        }
+        let start = request.num_computed;
+        request.item = Some(self.batch.items.len());
+        self.item_slots.push(slot);
+        self.batch.items.push(BatchItem {
+            request_id: request.id,
+            start,
+            tokens,
+            is_prefill,
+            samples: start + tokens as u128 == request.num_tokens(),
+            new_blocks,
+            cached_tokens: tokens_in(hits.len(), self.config.block_size),
+        });
+    }
+
+    /// Drop the items of preempted requests (and their slots) and fill in the batch's totals.
+    fn seal_batch(&mut self) {
+        // Only a preemption empties an item.
+        if !self.batch.preempted.is_empty() {
+            self.drop_emptied_items();
+        }
+        self.batch.derive();
+        self.batch.num_free_blocks = self.pool.num_free();
+    }
+
+    /// Drop the items preemptions emptied, keeping the order of the others and their slots.
+    fn drop_emptied_items(&mut self) {
+        let mut kept = 0;
+        for at in 0..self.batch.items.len() {
+            if self.batch.items[at].tokens == 0 {
+                let mut blocks = std::mem::take(&mut self.batch.items[at].new_blocks);
+                blocks.clear();
+                self.spare.push(blocks);
+                continue;
+            }
+            self.batch.items.swap(kept, at);
+            self.item_slots.swap(kept, at);
+            kept += 1;
+        }
+        self.batch.items.truncate(kept);
+        self.item_slots.truncate(kept);
+    }
+
+    /// Empty the last batch, keeping its buffers unless a caller still holds it.
+    fn recycle_batch(&mut self) {
+        if let Some(sealed) = self.sealed.take() {
+            match Arc::try_unwrap(sealed) {
+                Ok(batch) => self.batch = batch,
+                Err(shared) => self.batch.items.reserve(shared.items.len()),
+            }
+        }
+        for mut item in self.batch.items.drain(..) {
+            if item.new_blocks.capacity() > 0 {
+                item.new_blocks.clear();
+                self.spare.push(item.new_blocks);
+            }
+        }
+        self.item_slots.clear();
+        self.batch.preempted.clear();
+    }
+}

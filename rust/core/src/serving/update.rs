@@ -1,0 +1,215 @@
+//! `update`: apply the pending batch the engine ran (computed and sampled tokens, block
+//! hashes), then free the requests that finished.
+
+use std::sync::Arc;
+
+use super::batch::Batch;
+use super::counts::{full_blocks, shortfall};
+use super::scheduler::ServingScheduler;
+use crate::CoreError;
+
+/// The sampled token ids `update` receives.
+#[derive(Debug, Clone, Copy)]
+pub enum TokenIds<'a> {
+    /// The engine does not say: sampled tokens are unknown, so blocks holding them are never
+    /// hashed.
+    None,
+    /// One id per entry of `batch.sampling_ids()`, in that order.
+    Aligned(&'a [u32]),
+    /// `(request_id, token_id)` pairs for some sampling requests (a later pair for the same id
+    /// replaces an earlier one, as in a Python dict).
+    ByRequest(&'a [(u64, u32)]),
+}
+
+impl ServingScheduler {
+    /// Apply the pending batch, which must equal `batch`: every item's request (unless
+    /// aborted since) has `num_computed += tokens`, every sampling item gets its token (known
+    /// if `token_ids` gives it), full computed blocks are hashed, then finished requests are
+    /// freed and forgotten.
+    ///
+    /// Returns the ids that finished: those of the batch in batch order (reached
+    /// `max_new_tokens` or named in `finished`), then the rest of `finished` in its order.
+    ///
+    /// # Errors
+    ///
+    /// Checked before any change, in this order: [`CoreError::BatchNotPending`],
+    /// [`CoreError::BatchStale`], [`CoreError::TokenIdsLength`] or
+    /// [`CoreError::TokenIdsNotSampled`], then [`CoreError::FinishedDuplicate`] for the first
+    /// repeat in `finished`, then [`CoreError::UnknownRequest`] for its first untracked id.
+    pub fn update(
+        &mut self,
+        batch: &Batch,
+        token_ids: TokenIds<'_>,
+        finished: &[u64],
+    ) -> Result<&[u64], CoreError> {
+        self.check_pending(batch.step_index, |pending| pending == batch)?;
+        self.apply(token_ids, finished)
+    }
+
+    /// [`update`](Self::update) for a caller that knows it holds the pending batch itself and
+    /// names it by its step index.
+    ///
+    /// # Errors
+    ///
+    /// As [`update`](Self::update).
+    pub fn update_step(
+        &mut self,
+        step_index: u128,
+        token_ids: TokenIds<'_>,
+        finished: &[u64],
+    ) -> Result<&[u64], CoreError> {
+        self.check_pending(step_index, |pending| pending.step_index == step_index)?;
+        self.apply(token_ids, finished)
+    }
+
+    fn check_pending(&self, got: u128, same: impl Fn(&Batch) -> bool) -> Result<(), CoreError> {
+        if !self.pending {
+            return Err(CoreError::BatchNotPending { got });
+        }
+        match self.pending_batch() {
+            Some(batch) if same(batch) => {}
+            _ => {
+                return Err(CoreError::BatchStale {
+                    got,
+                    expected: self.sealed_step(),
+                })
+            }
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, token_ids: TokenIds<'_>, finished: &[u64]) -> Result<&[u64], CoreError> {
+        let checked = self.check_update(token_ids, finished);
+        if let Err(err) = checked {
+            self.given.clear();
+            self.finished_set.clear();
+            return Err(err);
+        }
+        let Some(batch) = self.sealed.as_ref().map(Arc::clone) else {
+            return Ok(&[]);
+        };
+        let slots = std::mem::take(&mut self.item_slots);
+        self.advance(&batch, &slots, token_ids);
+        if self.config.prefix_caching {
+            self.hash_blocks(&batch, &slots);
+        }
+        self.finish(&batch, &slots, finished);
+        self.item_slots = slots;
+        self.pending = false;
+        self.aborted_pending.clear();
+        self.given.clear();
+        self.finished_set.clear();
+        Ok(&self.finished_out)
+    }
+
+    /// The checks of `update` on `token_ids` and `finished`; fills `given` and
+    /// `finished_set`.
+    fn check_update(&mut self, token_ids: TokenIds<'_>, finished: &[u64]) -> Result<(), CoreError> {
+        match token_ids {
+            TokenIds::None => {}
+            TokenIds::Aligned(ids) => {
+                let expected = self.pending_batch().map_or(0, |b| b.sampling_ids.len());
+                if ids.len() != expected {
+                    return Err(CoreError::TokenIdsLength {
+                        expected,
+                        got: ids.len(),
+                    });
+                }
+            }
+            TokenIds::ByRequest(pairs) => {
+                let Some(batch) = self.sealed.as_ref().map(Arc::clone) else {
+                    return Ok(());
+                };
+                self.sampling.clear();
+                self.sampling.extend(batch.sampling_ids.iter().copied());
+                for &(request_id, token) in pairs {
+                    if !self.sampling.contains(&request_id) {
+                        return Err(CoreError::TokenIdsNotSampled {
+                            request_id,
+                            step_index: batch.step_index,
+                        });
+                    }
+                    self.given.insert(request_id, token);
+                }
+            }
+        }
+        // Every repeat before any unknown id: a repeat is a fault of the argument alone (as
+        // the twin finds it while converting `finished`), an unknown id one of the state.
+        for &request_id in finished {
+            if !self.finished_set.insert(request_id) {
+                return Err(CoreError::FinishedDuplicate { request_id });
+            }
+        }
+        if let Some(&request_id) = finished.iter().find(|&&id| !self.requests.contains(id)) {
+            return Err(CoreError::UnknownRequest { request_id });
+        }
+        Ok(())
+    }
+
+    /// Computed tokens and sampled tokens of the batch's (not aborted) requests.
+    fn advance(&mut self, batch: &Batch, slots: &[usize], token_ids: TokenIds<'_>) {
+        let mut sampled = 0;
+        for (item, &slot) in batch.items.iter().zip(slots) {
+            let token = if item.samples {
+                sampled += 1;
+                match token_ids {
+                    TokenIds::None => None,
+                    TokenIds::Aligned(ids) => ids.get(sampled - 1).copied(),
+                    TokenIds::ByRequest(_) => self.given.get(&item.request_id).copied(),
+                }
+            } else {
+                None
+            };
+            if let Some(request) = self.requests.live_mut(slot, item.request_id) {
+                request.num_computed += item.tokens as u128;
+                request.item = None;
+                if item.samples {
+                    let before = shortfall(request, self.config.block_size);
+                    request.push_token(token);
+                    self.deficit +=
+                        shortfall(request, self.config.block_size).saturating_sub(before);
+                }
+            }
+        }
+    }
+
+    /// Register the hashes of the blocks each item filled, in item order, while each
+    /// request's chain of known tokens lasts.
+    fn hash_blocks(&mut self, batch: &Batch, slots: &[usize]) {
+        let block_size = self.config.block_size;
+        for (item, &slot) in batch.items.iter().zip(slots) {
+            let Some(request) = self.requests.live_mut(slot, item.request_id) else {
+                continue;
+            };
+            let first = full_blocks(item.start, block_size);
+            let end = full_blocks(item.start + item.tokens as u128, block_size);
+            let end = end.min(request.table.len());
+            let hashed = request.chain(end, block_size, &mut self.message);
+            for block in first..hashed {
+                self.pool
+                    .register(request.table[block], request.hash(block));
+            }
+        }
+    }
+
+    /// Free and forget the requests that finished, in the order `update` returns them.
+    fn finish(&mut self, batch: &Batch, slots: &[usize], finished: &[u64]) {
+        self.finished_out.clear();
+        for (item, &slot) in batch.items.iter().zip(slots) {
+            let id = item.request_id;
+            let Some(request) = self.requests.live_mut(slot, id) else {
+                continue;
+            };
+            if request.num_generated() >= request.max_new_tokens || self.finished_set.contains(&id)
+            {
+                self.finished_out.push(id);
+                let _ = self.forget(id);
+            }
+        }
+        for &id in finished {
+            if self.forget(id).is_ok() {
+                self.finished_out.push(id);
+            }
+        }
+    }
+}
