@@ -37,8 +37,10 @@ from .engine import (
     ProfileError,
     load_profile,
 )
+from .engines_cli import add_roofline_flags, roofline_from_args
 from .fleet_cli import add_fleet_arguments, fleet_of
 from .report import PLOT_HINT, PlotUnavailable, print_table, results_to_json
+from .roofline import RooflineModel, StepTimeModel, roofline_line
 from .serving import (
     ServingSimConfig,
     check_fits,
@@ -347,8 +349,8 @@ def add_engine_flags(p: argparse.ArgumentParser, *, engine_list: bool = False) -
         e.add_argument(
             "--engine",
             choices=sorted(ENGINE_PRESETS),
-            default="llama2-7b-a100",
-            help="coefficient preset (default: %(default)s)",
+            default=None,
+            help="coefficient preset (default: llama2-7b-a100)",
         )
     e.add_argument(
         "--profile",
@@ -407,6 +409,9 @@ def add_engine_flags(p: argparse.ArgumentParser, *, engine_list: bool = False) -
         " that minus the weights and an activation reserve (default:"
         f" {DEFAULT_GPU_MEMORY_UTILIZATION:g})",
     )
+
+    if not engine_list:
+        add_roofline_flags(p)
 
 
 def add_slo_flags(p: argparse.ArgumentParser) -> None:
@@ -553,10 +558,25 @@ def workload_from_args(args: argparse.Namespace, *, rate: bool = True) -> Worklo
         raise UsageError(f"argument --output-scale: {err}") from None
 
 
+def _utilization(args: argparse.Namespace) -> float:
+    util = args.gpu_memory_utilization
+    return util if util is not None else DEFAULT_GPU_MEMORY_UTILIZATION
+
+
+def _engine_and_memory(args: argparse.Namespace) -> tuple[StepTimeModel, KVMemory]:
+    """The step-time model and KV memory the flags ask for: the roofline of ``--model``
+    on ``--gpu``, else the linear ``--engine`` preset (with ``--profile`` and overrides)."""
+    roofline = roofline_from_args(args, _utilization(args))
+    if roofline is not None:
+        return roofline
+    engine = engine_from_args(args)
+    return engine, MEMORY_PRESETS.get(args.engine or DEFAULT_ENGINE.name) or memory_of(engine)
+
+
 def engine_from_args(args: argparse.Namespace, preset: str | None = None) -> EngineModel:
     """The engine model of ``preset`` (default: ``--engine``) with ``--profile`` and the
     coefficient overrides applied."""
-    model = ENGINE_PRESETS[preset if preset is not None else args.engine]
+    model = ENGINE_PRESETS[preset or args.engine or DEFAULT_ENGINE.name]
     if args.profile is not None:
         model = load_profile(args.profile, base=model)
     overrides = {
@@ -731,7 +751,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.steps_csv is not None:
         _write_steps(args.steps_csv, ())  # a path that cannot be written fails before the run
     workload = workload_from_args(args)
-    engine = engine_from_args(args)
+    engine, _ = _engine_and_memory(args)
     try:
         check_configs(workload, configs, backend=module, max_steps=args.max_steps)
     except ConfigError as err:
@@ -772,7 +792,7 @@ def check_serving_configs(
     args: argparse.Namespace,
     workload: Workload,
     configs: Sequence[ServingSimConfig],
-    engine: EngineModel,
+    engine: StepTimeModel,
     memory: KVMemory,
     util: float,
 ) -> None:
@@ -816,20 +836,17 @@ def _run_serving(args: argparse.Namespace) -> int:
         check_plot_path(args.plot)
     backend = _serving_backend(args.backend)
     workload = workload_from_args(args)
-    engine = engine_from_args(args)
+    engine, memory = _engine_and_memory(args)
     configs = serving_configs_from_args(args)
-    memory = MEMORY_PRESETS.get(args.engine) or memory_of(engine)
-    util = (
-        args.gpu_memory_utilization
-        if args.gpu_memory_utilization is not None
-        else DEFAULT_GPU_MEMORY_UTILIZATION
-    )
+    util = _utilization(args)
     check_serving_configs(args, workload, configs, engine, memory, util)
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(width=160)
     if not args.quiet and not args.json:
-        _print_setup(console, workload, engine)
+        first = configs[0]
+        pool = first.num_blocks or memory.num_blocks(first.block_size, util)
+        _print_setup(console, workload, engine, f"{pool} KV blocks of {first.block_size} tokens")
         lines: list[str] = []
         for cfg in configs:
             if cfg.num_blocks is None:
@@ -897,7 +914,9 @@ def _report(
     return 0
 
 
-def _print_setup(console: Any, workload: Workload, engine: EngineModel) -> None:
+def _print_setup(
+    console: Any, workload: Workload, engine: StepTimeModel, blocks: str | None = None
+) -> None:
     summary = workload.summary()
     console.print(
         f"[bold]workload[/]: {summary['source']}; mean prompt"
@@ -906,6 +925,9 @@ def _print_setup(console: Any, workload: Workload, engine: EngineModel) -> None:
         f" {summary['output_tokens_max']}) tokens",
         highlight=False,
     )
+    if isinstance(engine, RooflineModel):
+        console.print(f"[bold]engine[/]: {roofline_line(engine, blocks)}", highlight=False)
+        return
     console.print(
         f"[bold]engine[/]: {engine.name}: max({engine.t_min_s * 1e3:g} ms,"
         f" {engine.c0_s * 1e3:g} ms + {engine.c_tok_s * 1e6:g} us/token)"
@@ -918,7 +940,7 @@ def _print_setup(console: Any, workload: Workload, engine: EngineModel) -> None:
 def _simulate_with_progress(
     workload: Workload,
     configs: Sequence[Any],
-    engine: EngineModel,
+    engine: StepTimeModel,
     module: Any,
     args: argparse.Namespace,
     console: Any,

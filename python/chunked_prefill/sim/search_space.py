@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .engine import ENGINE_PRESETS, MEMORY_PRESETS, EngineModel, KVMemory
+from .roofline import StepTimeModel
 from .router import ROUTERS
 from .serving import ServingSimConfig, memory_of
 from .workload import DEFAULT_REQUESTS, Workload, default_workload
@@ -71,7 +72,8 @@ class EngineSpec:
     """One engine of the grid: its step-time model, its KV memory, the GPUs one replica
     uses, and the ``simulate`` flags that select it (for the reproducing command line)."""
 
-    model: EngineModel
+    model: StepTimeModel
+    """The linear model of a preset or profile, or a roofline (:func:`~.engine_for`)."""
     memory: KVMemory
     gpus: int = 1
     flags: tuple[str, ...] = ()

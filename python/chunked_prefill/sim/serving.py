@@ -23,9 +23,9 @@ from .engine import (
     DEFAULT_ENGINE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     MEMORY_PRESETS,
-    EngineModel,
     KVMemory,
 )
+from .roofline import RooflineModel, StepTimeModel
 from .router import check_fleet
 from .serving_loop import SimLoopError, check_fits, run_loop
 from .simulator import (
@@ -153,15 +153,21 @@ def expand_serving_configs(
     return out
 
 
-def memory_of(engine: EngineModel | str) -> KVMemory:
+def memory_of(engine: StepTimeModel | str) -> KVMemory:
     """The KV memory of an engine preset (by name, or the model's ``name``); the default
-    preset's for a model of another name."""
+    preset's for a linear model of another name. A roofline engine has none (its
+    ``KVMemory`` comes from :func:`~.catalog.engine_for`): ``ValueError``."""
+    if isinstance(engine, RooflineModel):
+        raise ValueError(
+            f"the roofline engine {engine.name!r} has no KV-memory preset: pass memory= (the"
+            " KVMemory engine_for returns with it) or num_blocks="
+        )
     name = engine if isinstance(engine, str) else engine.name
     return MEMORY_PRESETS.get(name) or MEMORY_PRESETS[DEFAULT_ENGINE.name]
 
 
 def default_num_blocks(
-    engine: EngineModel | str,
+    engine: StepTimeModel | str,
     block_size: int = 16,
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
 ) -> int:
@@ -172,18 +178,18 @@ def default_num_blocks(
 def resolve_configs(
     workload: Workload,
     configs: Sequence[ServingSimConfig],
-    engine: EngineModel = DEFAULT_ENGINE,
+    engine: StepTimeModel = DEFAULT_ENGINE,
     num_blocks: int | None = None,
     memory: KVMemory | None = None,
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
 ) -> list[dict[str, Any]]:
     """The ``ServingConfig`` keyword arguments each configuration runs with (see
     :func:`simulate_serving` for the pool size)."""
-    mem = memory if memory is not None else memory_of(engine)
     out = []
     for cfg in configs:
-        pool = num_blocks
+        pool = num_blocks if num_blocks is not None else cfg.num_blocks
         if pool is None:
+            mem = memory if memory is not None else memory_of(engine)
             pool = mem.num_blocks(cfg.block_size, gpu_memory_utilization)
         out.append(cfg.scheduler_options(workload, pool))
     return out
@@ -215,7 +221,7 @@ def _bytes(values: Sequence[Any], dtype: str) -> bytes:
 def _run_rust(
     workload: Workload,
     options: dict[str, Any],
-    engine: EngineModel,
+    engine: StepTimeModel,
     max_steps: int,
     replicas: int,
     router: str,
@@ -225,6 +231,19 @@ def _run_rust(
     from .. import _core
 
     plan = TokenPlan(workload)
+    roofline: list[float] | None = None
+    linear_coefficients = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    if isinstance(engine, RooflineModel):
+        roofline = engine.coefficients()
+    else:
+        linear_coefficients = (
+            engine.t_min_s,
+            engine.c0_s,
+            engine.c_tok_s,
+            engine.c_attn_s,
+            engine.c_kv_s,
+            engine.c_chunk_sq_s,
+        )
     raw: dict[str, Any] = _core.simulate_serving(
         _bytes(workload.arrival_s, "<f8"),
         _bytes(workload.prompt_tokens, "<u8"),
@@ -237,15 +256,9 @@ def _run_rust(
         plan.hash_block,
         _bytes(plan.hash_offsets, "<u8"),
         _bytes(plan.hash_ids, "<u8"),
-        engine=(
-            engine.t_min_s,
-            engine.c0_s,
-            engine.c_tok_s,
-            engine.c_attn_s,
-            engine.c_kv_s,
-            engine.c_chunk_sq_s,
-        ),
+        engine=linear_coefficients,
         max_steps=max_steps,
+        roofline=roofline,
         replicas=replicas,
         router=router,
         **options,
@@ -261,7 +274,7 @@ def simulate_serving(
     workload: Workload,
     configs: ServingSimConfig | Iterable[ServingSimConfig] | None = None,
     *,
-    engine: EngineModel = DEFAULT_ENGINE,
+    engine: StepTimeModel = DEFAULT_ENGINE,
     num_blocks: int | None = None,
     memory: KVMemory | None = None,
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -344,7 +357,7 @@ def _summarise(
     workload: Workload,
     cfg: ServingSimConfig,
     options: dict[str, Any],
-    engine: EngineModel,
+    engine: StepTimeModel,
     raw: dict[str, Any],
     a: dict[str, Any],
     threshold: float,

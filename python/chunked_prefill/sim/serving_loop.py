@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from ..pure_serving import ServingConfig, ServingScheduler
-from .engine import EngineModel
+from .roofline import RooflineModel, StepTimeModel
 from .router import check_fleet, outstanding, pick
 from .tokens import TokenPlan
 from .workload import Workload
@@ -43,7 +43,7 @@ def check_fits(workload: Workload, config: dict[str, Any]) -> None:
 def run_loop(
     workload: Workload,
     config: dict[str, Any],
-    engine: EngineModel,
+    engine: StepTimeModel,
     max_steps: int,
     replicas: int = 1,
     router: str = "round-robin",
@@ -118,7 +118,7 @@ class _Fleet:
         self,
         workload: Workload,
         config: dict[str, Any],
-        engine: EngineModel,
+        engine: StepTimeModel,
         max_steps: int,
         replicas: int,
         router: str,
@@ -184,6 +184,7 @@ class _Fleet:
         start = self.now
         pairs = 0
         context = 0
+        chunks = 0
         chunk_sq = 0
         for rid in batch.preempted:
             rec["preemptions"][rid] += 1
@@ -194,14 +195,17 @@ class _Fleet:
                 rec["cached_tokens"][i] = item.cached_tokens
             if item.is_prefill:
                 pairs += item.tokens * item.start + item.tokens * (item.tokens + 1) // 2
+                chunks += 1
                 chunk_sq += item.tokens * item.tokens
                 if rec["preemptions"][i] > 0:
                     rec["recomputed_tokens"][i] += item.tokens
             else:
                 context += item.start + 1
-        duration = self.engine.step_time(
-            batch.num_prefill_tokens, batch.num_decode_tokens, pairs, context, chunk_sq
-        )
+        prefill, decode = batch.num_prefill_tokens, batch.num_decode_tokens
+        if isinstance(self.engine, RooflineModel):
+            duration = self.engine.step_time(prefill, decode, pairs, context, chunk_sq, chunks)
+        else:
+            duration = self.engine.step_time(prefill, decode, pairs, context, chunk_sq)
         used = self.config["num_blocks"] - batch.num_free_blocks
         self.fleet_used += used - rep.held
         rep.held = used

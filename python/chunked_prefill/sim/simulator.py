@@ -36,7 +36,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Union
 
 from . import planner_loop
-from .engine import DEFAULT_ENGINE, EngineModel
+from .engine import DEFAULT_ENGINE
+from .roofline import StepTimeModel
 from .workload import Request, Workload
 
 if TYPE_CHECKING:
@@ -317,7 +318,7 @@ class SimResult:
     prefill_tokens: int
     """Prompt tokens prefilled (cached ones excluded)."""
     output_tokens: int
-    engine: EngineModel
+    engine: StepTimeModel
     arrival: npt.NDArray[np.float64] = field(repr=False, compare=False)
     """Per request (workload order): arrival time."""
     admitted: npt.NDArray[np.float64] = field(repr=False, compare=False)
@@ -428,7 +429,7 @@ def simulate(
     workload: Workload | Sequence[Request],
     configs: SimConfig | Iterable[SimConfig] | None = None,
     *,
-    engine: EngineModel = DEFAULT_ENGINE,
+    engine: StepTimeModel = DEFAULT_ENGINE,
     backend: Backend = "auto",
     stall_threshold_s: float = DEFAULT_STALL_THRESHOLD_S,
     record_steps: bool = False,

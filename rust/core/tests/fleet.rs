@@ -4,7 +4,7 @@
 
 use chunked_prefill::sim::{
     outstanding, run, run_fleet, EngineModel, Fleet, Outcome, Router, SimError, SimOptions,
-    TokenPlan, Workload, NO_GROUP,
+    StepModel, TokenPlan, Workload, NO_GROUP,
 };
 use chunked_prefill::ServingConfig;
 
@@ -28,7 +28,7 @@ fn options() -> SimOptions {
             max_running: 8,
             ..ServingConfig::new(64)
         },
-        engine: ONE_SECOND,
+        engine: StepModel::Linear(ONE_SECOND),
         max_steps: 1000,
     }
 }

@@ -12,9 +12,10 @@
 
 use std::fmt;
 
-use super::engine::{EngineModel, StepShape};
+use super::engine::StepShape;
 use super::metrics::Outcome;
 use super::router::{outstanding, Fleet, Router};
+use super::step::StepModel;
 use super::workload::Workload;
 use crate::serving::{Prompt, ServingConfig, ServingScheduler, TokenIds};
 
@@ -24,7 +25,7 @@ pub struct SimOptions {
     /// The serving scheduler's configuration (its pool is the engine's KV cache).
     pub config: ServingConfig,
     /// The engine's step-time model.
-    pub engine: EngineModel,
+    pub engine: StepModel,
     /// Stop with [`SimError::StepLimit`] after this many steps.
     pub max_steps: u64,
 }
@@ -148,7 +149,7 @@ struct Flight {
 /// The loop's state between events.
 struct Loop<'a> {
     workload: &'a Workload,
-    engine: EngineModel,
+    engine: StepModel,
     max_steps: u64,
     router: Router,
     replicas: Vec<Replica>,
