@@ -184,6 +184,9 @@ impl ServingScheduler {
             let first = full_blocks(item.start, block_size);
             let end = full_blocks(item.start + item.tokens as u128, block_size);
             let end = end.min(request.table.len());
+            if end <= first {
+                continue; // filled no block (most decodes): nothing to register
+            }
             let hashed = request.chain(end, block_size, &mut self.message);
             for block in first..hashed {
                 self.pool
@@ -200,8 +203,8 @@ impl ServingScheduler {
             let Some(request) = self.requests.live_mut(slot, id) else {
                 continue;
             };
-            if request.num_generated() >= request.max_new_tokens || self.finished_set.contains(&id)
-            {
+            let named = !self.finished_set.is_empty() && self.finished_set.contains(&id);
+            if request.num_generated() >= request.max_new_tokens || named {
                 self.finished_out.push(id);
                 let _ = self.forget(id);
             }

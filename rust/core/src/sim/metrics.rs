@@ -68,15 +68,21 @@ impl Outcome {
 
     /// One token gap: appended to the run of the previous one when they are equal.
     pub fn gap(&mut self, request: usize, gap: f64) {
+        self.gap_run(gap);
+        if gap > self.max_gap[request] {
+            self.max_gap[request] = gap;
+        }
+    }
+
+    /// One token gap into the run-length coded series only (the caller keeps the request's
+    /// longest gap).
+    pub fn gap_run(&mut self, gap: f64) {
         match (self.gap_values.last(), self.gap_weights.last_mut()) {
             (Some(&last), Some(weight)) if last == gap => *weight += 1,
             _ => {
                 self.gap_values.push(gap);
                 self.gap_weights.push(1);
             }
-        }
-        if gap > self.max_gap[request] {
-            self.max_gap[request] = gap;
         }
     }
 

@@ -111,14 +111,25 @@ struct Loop<'a> {
     /// Admission order and the next request in it not yet added.
     order: Vec<usize>,
     next: usize,
-    /// Per request: tokens sampled so far, when the last one was.
-    emitted: Vec<u64>,
-    last: Vec<f64>,
+    /// Per request: what its tokens so far were, one record per request so that a step
+    /// touches one place per sampling request.
+    progress: Vec<Progress>,
     done: usize,
     now: f64,
     /// Scratch: a prompt's ids, the ids sampled in a step.
     ids: Vec<u32>,
     sampled: Vec<u32>,
+}
+
+/// A request's tokens so far, as the loop reads and writes them every step.
+#[derive(Debug, Clone, Copy, Default)]
+struct Progress {
+    /// Tokens sampled so far.
+    emitted: u64,
+    /// When the last one was.
+    last: f64,
+    /// The longest gap between two of them (copied to the outcome when it finishes).
+    max_gap: f64,
 }
 
 /// Run `workload` through a [`ServingScheduler`] built from `options.config`, every request
@@ -139,8 +150,7 @@ pub fn run(workload: &Workload, options: &SimOptions) -> Result<Outcome, SimErro
         out: Outcome::new(n),
         order: workload.arrival_order(),
         next: 0,
-        emitted: vec![0; n],
-        last: vec![0.0; n],
+        progress: vec![Progress::default(); n],
         done: 0,
         now: 0.0,
         ids: Vec::new(),
@@ -210,11 +220,12 @@ impl Loop<'_> {
         }
         for item in batch.items() {
             let r = item.request_id as usize;
-            if out.admitted[r].is_nan() {
-                out.admitted[r] = start;
-                out.cached_tokens[r] = item.cached_tokens as u64;
-            }
             if item.is_prefill {
+                // A request's first item is its admission's, a prefill.
+                if out.admitted[r].is_nan() {
+                    out.admitted[r] = start;
+                    out.cached_tokens[r] = item.cached_tokens as u64;
+                }
                 shape.add_chunk(item.start, item.tokens as u64);
                 if out.preemptions[r] > 0 {
                     out.recomputed_tokens[r] += item.tokens as u64;
@@ -239,18 +250,23 @@ impl Loop<'_> {
         let known = !plan.known.is_empty();
         for &id in batch.sampling_ids() {
             let r = id as usize;
+            let progress = &mut self.progress[r];
             if known {
                 let prompt = self.workload.prompt_tokens[r];
                 self.sampled
-                    .push(plan.token(r, prompt + self.emitted[r], prompt));
+                    .push(plan.token(r, prompt + progress.emitted, prompt));
             }
-            if self.emitted[r] == 0 {
+            if progress.emitted == 0 {
                 out.first_token[r] = self.now;
             } else {
-                out.gap(r, self.now - self.last[r]);
+                let gap = self.now - progress.last;
+                out.gap_run(gap);
+                if gap > progress.max_gap {
+                    progress.max_gap = gap;
+                }
             }
-            self.last[r] = self.now;
-            self.emitted[r] += 1;
+            progress.last = self.now;
+            progress.emitted += 1;
         }
         let ids = if known {
             TokenIds::Aligned(&self.sampled)
@@ -260,6 +276,7 @@ impl Loop<'_> {
         if let Ok(finished) = self.sched.update_step(step_index, ids, &[]) {
             for &id in finished {
                 self.out.finish[id as usize] = self.now;
+                self.out.max_gap[id as usize] = self.progress[id as usize].max_gap;
                 self.done += 1;
             }
         }
