@@ -213,7 +213,15 @@ impl ServingScheduler {
 
     /// Preempt the worst-ranked running requests until `needed` blocks are free. Returns
     /// false if `requester` (a slot) itself was the worst-ranked and was preempted.
+    #[inline]
     fn make_room(&mut self, requester: usize, needed: usize, room: &mut Room) -> bool {
+        // The usual case, checked inline: a call per decode cost more than the check.
+        self.pool.num_free() >= needed || self.preempt_for(requester, needed, room)
+    }
+
+    /// [`make_room`](Self::make_room) once blocks are short.
+    #[inline(never)]
+    fn preempt_for(&mut self, requester: usize, needed: usize, room: &mut Room) -> bool {
         while self.pool.num_free() < needed {
             let Some(&(_, victim)) = self.running.last() else {
                 return false;
