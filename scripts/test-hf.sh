@@ -17,3 +17,6 @@ HPY="$ROOT/.venv-hf/bin/python"
 "$HPY" -m mypy
 (cd tests && "$HPY" -m pytest -q -p no:cacheprovider --rootdir "$ROOT" \
     "$ROOT/tests/test_hf.py" "$ROOT/tests/test_hf_paged.py")
+# The simulator against the engine it models, at a small size (it checks that the loop runs
+# and prints its table; the agreement is a measurement, not a test).
+(cd benches && "$HPY" validate_simulator.py --requests 30 --rate 10)

@@ -179,6 +179,20 @@ def test_one_new_token_and_reuse(model: Any, backend: ModuleType) -> None:
     assert engine.generate([], max_new_tokens=1) == []
 
 
+def test_max_new_tokens_per_prompt(model: Any, backend: ModuleType) -> None:
+    """One ``max_new_tokens`` per prompt: each output is that prompt's reference prefix."""
+    prompts = make_prompts(LENGTHS, seed=3)
+    lengths = [1, 8, 3, 5, 2, 7]
+    engine = hf.PagedEngine(model, config(backend, chunk_size=4), backend=backend)
+    out = engine.generate(prompts, max_new_tokens=lengths)
+    assert [len(o) for o in out] == lengths
+    assert out == [r[:n] for r, n in zip(reference(model, prompts), lengths)]
+    assert engine.generate(prompts, max_new_tokens=torch.tensor(lengths)) == out
+    two = reference(model, prompts[:2], max_new=2)
+    assert engine.generate(prompts[:2], max_new_tokens=torch.tensor(2)) == two  # a 0-d tensor
+    check_drained(engine)
+
+
 def test_pool_layout(model: Any, backend: ModuleType) -> None:
     engine = hf.PagedEngine(model, config(backend, num_blocks=10), backend=backend)
     assert engine.pool.keys(0).shape == (10, 4, 2, 16)
@@ -422,8 +436,10 @@ def test_steps_csv(model: Any, backend: ModuleType, tmp_path: Path) -> None:
             s.decode_context_tokens,
         ]
         assert float(row[4]) == s.duration_s > 0
+        assert s.cpu_s >= 0
         assert int(row[5]) == s.prefill_chunk_sq <= s.prefill_tokens**2
         assert s.prefill_tokens + s.decode_tokens <= 24
+    assert sum(s.cpu_s for s in steps) > 0  # the engine's own thread ran the model
     assert sum(s.prefill_tokens for s in steps) == sum(map(len, prompts))
     assert sum(s.decode_tokens for s in steps) == len(prompts) * (MAX_NEW - 1)
     # Without sharing, every prompt's chunks tile its causal triangle, and every decode
@@ -469,6 +485,8 @@ def test_rejects_bad_arguments(model: Any, backend: ModuleType) -> None:
         engine.generate([[1], [2]], max_new_tokens=1, cache_salts=[0])
     with pytest.raises(ValueError, match="one entry per prompt"):
         engine.generate([[1]], max_new_tokens=1, arrival_s=[0.0, 1.0])
+    with pytest.raises(ValueError, match=r"max_new_tokens needs one entry per prompt \(2\)"):
+        engine.generate([[1], [2]], max_new_tokens=[1])
     with pytest.raises(ValueError, match=r"arrival_s\[0\]"):
         engine.generate([[1]], max_new_tokens=1, arrival_s=[-1.0])
     with pytest.raises(TypeError):

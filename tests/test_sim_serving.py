@@ -75,6 +75,26 @@ def test_rust_and_pure_loops_give_identical_json(name: str) -> None:
         assert np.array_equal(r.tbt_gaps, p.tbt_gaps)
 
 
+ROOFLINES = {
+    "dense": ("llama-3.1-8b", "a100-80gb", 1),
+    "moe, tp": ("mixtral-8x7b", "h100-sxm", 2),
+    "tp 8, pcie": ("qwen2.5-32b", "l40s", 8),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROOFLINES))
+def test_rust_and_pure_loops_agree_on_the_roofline(name: str) -> None:
+    from chunked_prefill.sim.catalog import engine_for
+
+    engine, _ = engine_for(*ROOFLINES[name])
+    for workload, blocks in (WORKLOADS["pressure"], WORKLOADS["prefixes"]):
+        kwargs: dict[str, Any] = {"num_blocks": blocks, "engine": engine, "slo_tbt_s": 0.05}
+        rust = simulate_serving(workload, CONFIGS, backend="rust", **kwargs)
+        pure = simulate_serving(workload, CONFIGS, backend="pure", **kwargs)
+        assert results_to_json(rust) == results_to_json(pure)
+        assert json.loads(results_to_json(rust))[0]["engine"]["kind"] == "roofline"
+
+
 def test_pressure_preempts_and_prefixes_hit() -> None:
     # The identity test must see the memory model at work, not a trivial run.
     (pressure,) = simulate_serving(WORKLOADS["pressure"][0], ServingSimConfig(), num_blocks=700)

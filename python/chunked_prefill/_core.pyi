@@ -332,6 +332,7 @@ class ServingScheduler:
         priority: int = 0,
         cache_salt: int = 0,
     ) -> None: ...
+    def cached_prefix_tokens(self, prompt: Sequence[int] | Any, *, cache_salt: int = 0) -> int: ...
     def schedule(self) -> Batch: ...
     def update(
         self,
@@ -387,9 +388,14 @@ def simulate_serving(
     prefix_caching: bool,
     engine: tuple[float, float, float, float, float, float],
     max_steps: int,
+    roofline: list[float] | None = None,
+    replicas: int = 1,
+    router: str = "round-robin",
 ) -> dict[str, Any]:
     """Run the serving simulation loop of the core (``chunked_prefill.sim.serving``).
 
     Arrays are little-endian 8-byte values (``numpy.ndarray.tobytes()``); the records come
-    back as bytes for ``numpy.frombuffer`` and ints/floats.
+    back as bytes for ``numpy.frombuffer`` and ints/floats. ``roofline`` (the 12
+    coefficients of ``chunked_prefill.sim.roofline.COEFFICIENTS``) replaces the linear
+    ``engine`` by the roofline model.
     """

@@ -1,6 +1,6 @@
 """The ``chunked-prefill`` command line: ``simulate`` replays a workload against an engine
 latency model, ``plan`` shows the step table for some prompt lengths, ``fit`` fits the
-engine model to measured steps.
+engine model to measured steps, ``engines`` lists the roofline engine's models and GPUs.
 
 Every bad input is one line ``chunked-prefill COMMAND: error: MESSAGE`` on stderr and exit
 status 2; the message names the flag or argument, the value and the rule.
@@ -326,10 +326,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=_version())
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     from .sim import cli as sim_cli
+    from .sim import engines_cli
 
     sim_cli.add_parser(subparsers)
     _add_plan_parser(subparsers)
     _add_fit_parser(subparsers)
+    engines_cli.add_parser(subparsers)
     return parser
 
 

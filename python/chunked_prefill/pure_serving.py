@@ -365,6 +365,30 @@ class ServingScheduler:
             heappush(self._heap, (prio, r.seq, rid))
             self._num_waiting += 1
 
+    def cached_prefix_tokens(self, prompt: Any, *, cache_salt: int = 0) -> int:
+        """How many leading tokens of ``prompt`` (as :meth:`add_request` takes it; a bare
+        length has no ids, so none), with this ``cache_salt``, the prefix cache holds:
+        ``block_size`` times the longest run of leading full blocks whose chain hash is in
+        the pool, held or free but still hashed (0 with prefix caching off). Unlike
+        admission it keeps no last token back, and it changes nothing (no block is taken,
+        the free queue keeps its order)."""
+        tokens = as_prompt(prompt)
+        salt = as_u64("cache_salt", cache_salt)
+        cfg = self._config
+        if isinstance(tokens, int) or not cfg._prefix_caching:
+            return 0
+        bs = cfg._block_size
+        with self._guard:
+            by_hash = self._pool.by_hash
+            parent = root_hash(salt)
+            found = 0
+            for start in range(0, len(tokens) - bs + 1, bs):
+                parent = chain_hash(parent, self._packer, tokens[start : start + bs])
+                if parent not in by_hash:
+                    break
+                found += 1
+        return found * bs
+
     # -- the step rule -------------------------------------------------------------------
 
     def schedule(self) -> Batch:

@@ -17,7 +17,7 @@ import os
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from time import perf_counter, sleep
+from time import perf_counter, sleep, thread_time
 from typing import Any
 
 import torch
@@ -139,7 +139,7 @@ class PagedEngine:
         self,
         prompts: Sequence[Sequence[int]],
         *,
-        max_new_tokens: int,
+        max_new_tokens: int | Sequence[int],
         eos_token_id: int | Iterable[int] | None = None,
         cache_salts: Sequence[int] | None = None,
         arrival_s: Sequence[float] | None = None,
@@ -147,8 +147,9 @@ class PagedEngine:
     ) -> list[list[int]]:
         """Generate up to ``max_new_tokens`` greedy tokens for each prompt (token-id lists).
 
-        A request stops at ``max_new_tokens`` tokens or after sampling ``eos_token_id`` (an
-        id or several; the id is part of its output, as in ``model.generate``).
+        A request stops at ``max_new_tokens`` tokens (one number for every prompt, or one per
+        prompt) or after sampling ``eos_token_id`` (an id or several; the id is part of its
+        output, as in ``model.generate``).
         ``cache_salts`` gives each prompt its prefix-cache namespace (default 0: prompts
         share prefixes). ``arrival_s`` runs on the wall clock: prompt ``i`` reaches the
         scheduler ``arrival_s[i]`` seconds after the start (default: all at once).
@@ -159,7 +160,7 @@ class PagedEngine:
         ``num_cached_tokens``), :attr:`last_run` the per-request times and
         :attr:`last_steps` the steps.
         """
-        ids, arrivals, salts, eos = self._check(
+        ids, max_new, arrivals, salts, eos = self._check(
             prompts, max_new_tokens, eos_token_id, cache_salts, arrival_s
         )
         run = _Run(ids, arrivals, eos)
@@ -173,7 +174,7 @@ class PagedEngine:
             self.last_steps = []
             with torch.inference_mode():
                 while run.open:
-                    self._arrive(run, max_new_tokens, salts)
+                    self._arrive(run, max_new, salts)
                     self._apply_aborts(run)
                     if len(self.scheduler):
                         self._step(run)
@@ -191,19 +192,25 @@ class PagedEngine:
     def _check(
         self,
         prompts: Sequence[Sequence[int]],
-        max_new_tokens: int,
+        max_new_tokens: int | Sequence[int],
         eos_token_id: int | Iterable[int] | None,
         cache_salts: Sequence[int] | None,
         arrival_s: Sequence[float] | None,
-    ) -> tuple[list[list[int]], list[float], list[int], frozenset[int]]:
+    ) -> tuple[list[list[int]], list[int], list[float], list[int], frozenset[int]]:
         """Convert the arguments, raising before anything runs; a throwaway scheduler takes
         every request so that its own checks (``request_never_fits``, ...) apply up front."""
         ids = [[operator.index(t) for t in p] for p in prompts]
         n = len(ids)
         salts = [0] * n if cache_salts is None else [operator.index(s) for s in cache_salts]
         arrivals = [0.0] * n if arrival_s is None else [float(a) for a in arrival_s]
+        max_new = _per_prompt(max_new_tokens, n)
         if len(salts) != n or len(arrivals) != n:
             raise ValueError(f"cache_salts and arrival_s need one entry per prompt ({n})")
+        if len(max_new) != n:
+            raise ValueError(
+                f"max_new_tokens needs one entry per prompt ({n}) when it is a sequence,"
+                f" got {len(max_new)}"
+            )
         for i, a in enumerate(arrivals):
             if not (math.isfinite(a) and a >= 0):
                 raise ValueError(f"arrival_s[{i}] must be a finite number >= 0, got {a!r}")
@@ -219,10 +226,10 @@ class PagedEngine:
             eos = frozenset(operator.index(t) for t in eos_token_id)
         probe = self._module.ServingScheduler(self.config)
         for i, p in enumerate(ids):
-            probe.add_request(i, p, max_new_tokens, cache_salt=salts[i])
-        return ids, arrivals, salts, eos
+            probe.add_request(i, p, max_new[i], cache_salt=salts[i])
+        return ids, max_new, arrivals, salts, eos
 
-    def _arrive(self, run: _Run, max_new_tokens: int, salts: list[int]) -> None:
+    def _arrive(self, run: _Run, max_new: list[int], salts: list[int]) -> None:
         """Hand the scheduler every prompt whose arrival time has come."""
         now = run.now()
         while run.added < len(run.order):
@@ -232,7 +239,7 @@ class PagedEngine:
             run.added += 1
             if not run.closed[rid]:
                 seq = run.seqs[rid]
-                self.scheduler.add_request(rid, seq, max_new_tokens, cache_salt=salts[rid])
+                self.scheduler.add_request(rid, seq, max_new[rid], cache_salt=salts[rid])
 
     def _apply_aborts(self, run: _Run) -> None:
         with self._lock:
@@ -245,7 +252,7 @@ class PagedEngine:
             run.close(rid, run.now(), aborted=True)
 
     def _step(self, run: _Run) -> None:
-        t_start = perf_counter()
+        t_start, cpu_start = perf_counter(), thread_time()
         batch = self.scheduler.schedule()
         scheduler_s = perf_counter() - t_start
         self._scheduled(batch)
@@ -277,8 +284,9 @@ class PagedEngine:
             run.timings[it.request_id].cached_tokens += it.cached_tokens
         for rid in finished:
             run.close(rid, now)
-        duration_s = perf_counter() - t_start
-        self.last_steps.append(StepRecord.of_batch(batch, items, duration_s, scheduler_s))
+        duration_s, cpu_s = perf_counter() - t_start, thread_time() - cpu_start
+        record = StepRecord.of_batch(batch, items, duration_s, scheduler_s, cpu_s)
+        self.last_steps.append(record)
 
     def _forward(self, work: list[Work]) -> list[int]:
         """The sampled tokens of ``work``, in order, from one forward pass (or two)."""
@@ -312,6 +320,16 @@ class PagedEngine:
 
     def _scheduled(self, batch: Any) -> None:
         """Called with every batch right after ``schedule()`` (a test may abort here)."""
+
+
+def _per_prompt(max_new_tokens: int | Sequence[int], n: int) -> list[int]:
+    """``max_new_tokens`` as one entry per prompt: a number (an int, a 0-d tensor, ...) is
+    repeated ``n`` times, a sequence (or 1-d array) gives one number per prompt."""
+    values: Any = max_new_tokens
+    try:
+        return [operator.index(values)] * n
+    except TypeError:  # not a single number
+        return [operator.index(m) for m in values]
 
 
 def _text_config(model: Any) -> Any:

@@ -35,10 +35,11 @@ class StepRecord:
     included). ``decode_context_tokens``: the context each decode item reads, summed (its
     position + 1: the prompt and the tokens generated so far). ``duration_s``: wall time from
     ``schedule()`` to the end of ``update()``, the forward pass and the KV gather and scatter
-    included; ``scheduler_s`` the part of it spent in ``schedule()`` and ``update()``.
-    ``step_index``, ``num_items`` and ``num_preempted`` identify the batch.
-    ``prefill_chunk_sq``: the squares of the prefill items' lengths, summed (the model's
-    ``c_chunk_sq_s`` term).
+    included; ``scheduler_s`` the part of it spent in ``schedule()`` and ``update()``;
+    ``cpu_s`` the CPU time of the engine's thread over the same span (below ``duration_s``
+    when the thread waited: for a CPU on a busy machine, or for a GPU). ``step_index``,
+    ``num_items`` and ``num_preempted`` identify the batch. ``prefill_chunk_sq``: the squares
+    of the prefill items' lengths, summed (the model's ``c_chunk_sq_s`` term).
     """
 
     step_index: int
@@ -50,11 +51,17 @@ class StepRecord:
     decode_context_tokens: int
     duration_s: float
     scheduler_s: float
+    cpu_s: float
     prefill_chunk_sq: int = 0
 
     @classmethod
     def of_batch(
-        cls, batch: Any, computed: Iterable[Any], duration_s: float, scheduler_s: float
+        cls,
+        batch: Any,
+        computed: Iterable[Any],
+        duration_s: float,
+        scheduler_s: float,
+        cpu_s: float,
     ) -> StepRecord:
         """The record of ``batch``, counting the items in ``computed`` (the ones that ran)."""
         prefill = decode = pairs = context = items = squares = 0
@@ -78,6 +85,7 @@ class StepRecord:
             decode_context_tokens=context,
             duration_s=duration_s,
             scheduler_s=scheduler_s,
+            cpu_s=cpu_s,
             prefill_chunk_sq=squares,
         )
 

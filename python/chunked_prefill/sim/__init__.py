@@ -13,13 +13,16 @@ returns one :class:`SimResult` per configuration::
 
 :func:`simulate_serving` runs the serving scheduler instead, memory-true (KV-block pool,
 prefix caching, preemption), its loop in the Rust core; it is what the command line does
-by default. The command line is ``chunked-prefill simulate`` (see
-:mod:`chunked_prefill.sim.cli`).
+by default. :func:`engine_for` builds the roofline engine of a model on tensor-parallel
+GPUs (:mod:`.catalog`, :mod:`.roofline`) for either. The command line is
+``chunked-prefill simulate`` (see :mod:`chunked_prefill.sim.cli`).
 """
 
 from __future__ import annotations
 
+from .catalog import EngineFitError, GpuSpec, ModelConfigError, ModelSpec, engine_for
 from .engine import DEFAULT_ENGINE, ENGINE_PRESETS, EngineModel, ProfileError, load_profile
+from .roofline import RooflineModel
 from .serving import (
     ServingSimConfig,
     default_num_blocks,
@@ -65,10 +68,15 @@ __all__ = [
     "FIELD_ALIASES",
     "ChatWorkloadSpec",
     "ConfigError",
+    "EngineFitError",
     "EngineModel",
+    "GpuSpec",
+    "ModelConfigError",
+    "ModelSpec",
     "Percentiles",
     "ProfileError",
     "Request",
+    "RooflineModel",
     "ServingSimConfig",
     "ServingStats",
     "SimConfig",
@@ -81,6 +89,7 @@ __all__ = [
     "check_configs",
     "default_num_blocks",
     "default_workload",
+    "engine_for",
     "expand_configs",
     "expand_serving_configs",
     "load_profile",

@@ -33,10 +33,14 @@ from .engine import (
     MAX_COEFFICIENT_S,
     MEMORY_PRESETS,
     EngineModel,
+    KVMemory,
     ProfileError,
     load_profile,
 )
+from .engines_cli import add_roofline_flags, roofline_from_args
+from .fleet_cli import add_fleet_arguments, fleet_of
 from .report import PLOT_HINT, PlotUnavailable, print_table, results_to_json
+from .roofline import RooflineModel, StepTimeModel, roofline_line
 from .serving import (
     ServingSimConfig,
     check_fits,
@@ -289,6 +293,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
         " cannot hang the run; about 100 000 steps take a second (default: %(default)s)",
     )
 
+    add_fleet_arguments(p)
+
     e = p.add_argument_group(
         f"engine model (coefficients in seconds, 0 to {MAX_COEFFICIENT_S:g}; each overrides"
         " the preset and --profile)"
@@ -296,8 +302,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
     e.add_argument(
         "--engine",
         choices=sorted(ENGINE_PRESETS),
-        default="llama2-7b-a100",
-        help="coefficient preset (default: %(default)s)",
+        default=None,
+        help="coefficient preset (default: llama2-7b-a100)",
     )
     e.add_argument(
         "--profile",
@@ -356,6 +362,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
         " that minus the weights and an activation reserve (default:"
         f" {DEFAULT_GPU_MEMORY_UTILIZATION:g})",
     )
+
+    add_roofline_flags(p)
 
     g = p.add_argument_group(
         "SLOs (serving only; per request, as vLLM's benchmark goodput: a request meets the"
@@ -491,8 +499,23 @@ def _workload(args: argparse.Namespace) -> Workload:
         raise UsageError(f"argument --output-scale: {err}") from None
 
 
+def _utilization(args: argparse.Namespace) -> float:
+    util = args.gpu_memory_utilization
+    return util if util is not None else DEFAULT_GPU_MEMORY_UTILIZATION
+
+
+def _engine_and_memory(args: argparse.Namespace) -> tuple[StepTimeModel, KVMemory]:
+    """The step-time model and KV memory the flags ask for: the roofline of ``--model``
+    on ``--gpu``, else the linear ``--engine`` preset (with ``--profile`` and overrides)."""
+    roofline = roofline_from_args(args, _utilization(args))
+    if roofline is not None:
+        return roofline
+    engine = _engine(args)
+    return engine, MEMORY_PRESETS.get(args.engine or DEFAULT_ENGINE.name) or memory_of(engine)
+
+
 def _engine(args: argparse.Namespace) -> EngineModel:
-    model = ENGINE_PRESETS[args.engine]
+    model = ENGINE_PRESETS[args.engine or DEFAULT_ENGINE.name]
     if args.profile is not None:
         model = load_profile(args.profile, base=model)
     overrides = {
@@ -580,6 +603,8 @@ _SERVING_ONLY = (
     ("--slo-ttft", "slo_ttft"),
     ("--slo-tpot", "slo_tpot"),
     ("--slo-tbt", "slo_tbt"),
+    ("--replicas", "replicas"),
+    ("--router", "router"),
 )
 
 
@@ -664,7 +689,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.steps_csv is not None:
         _write_steps(args.steps_csv, ())  # a path that cannot be written fails before the run
     workload = _workload(args)
-    engine = _engine(args)
+    engine, _ = _engine_and_memory(args)
     try:
         check_configs(workload, configs, backend=module, max_steps=args.max_steps)
     except ConfigError as err:
@@ -708,14 +733,9 @@ def _run_serving(args: argparse.Namespace) -> int:
         _check_plot_path(args.plot)
     backend = _serving_backend(args.backend)
     workload = _workload(args)
-    engine = _engine(args)
+    engine, memory = _engine_and_memory(args)
     configs = _serving_configs(args)
-    memory = MEMORY_PRESETS.get(args.engine) or memory_of(engine)
-    util = (
-        args.gpu_memory_utilization
-        if args.gpu_memory_utilization is not None
-        else DEFAULT_GPU_MEMORY_UTILIZATION
-    )
+    util = _utilization(args)
     resolved = resolve_configs(workload, configs, engine, None, memory, util)
     from ..pure_serving import ServingConfig
 
@@ -749,7 +769,9 @@ def _run_serving(args: argparse.Namespace) -> int:
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(width=160)
     if not args.quiet and not args.json:
-        _print_setup(console, workload, engine)
+        first = configs[0]
+        pool = first.num_blocks or memory.num_blocks(first.block_size, util)
+        _print_setup(console, workload, engine, f"{pool} KV blocks of {first.block_size} tokens")
         lines: list[str] = []
         for cfg in configs:
             if cfg.num_blocks is None:
@@ -765,6 +787,9 @@ def _run_serving(args: argparse.Namespace) -> int:
                 " the trace's cached_tokens column (--scheduler planner honours it)[/]",
                 highlight=False,
             )
+    replicas, router = fleet_of(args)
+    if not args.quiet and not args.json and (args.replicas or args.router):
+        console.print(f"[bold]fleet[/]: {replicas} replica(s), {router} router", highlight=False)
     started = time.perf_counter()
     results = simulate_serving(
         workload,
@@ -778,6 +803,8 @@ def _run_serving(args: argparse.Namespace) -> int:
         slo_tpot_s=args.slo_tpot,
         slo_tbt_s=args.slo_tbt,
         max_steps=args.max_steps,
+        replicas=replicas,
+        router=router,
     )
     wall = time.perf_counter() - started
     return _report(args, console, results, workload, wall, f"serving scheduler, {backend} loop")
@@ -812,7 +839,9 @@ def _report(
     return 0
 
 
-def _print_setup(console: Any, workload: Workload, engine: EngineModel) -> None:
+def _print_setup(
+    console: Any, workload: Workload, engine: StepTimeModel, blocks: str | None = None
+) -> None:
     summary = workload.summary()
     console.print(
         f"[bold]workload[/]: {summary['source']}; mean prompt"
@@ -821,6 +850,9 @@ def _print_setup(console: Any, workload: Workload, engine: EngineModel) -> None:
         f" {summary['output_tokens_max']}) tokens",
         highlight=False,
     )
+    if isinstance(engine, RooflineModel):
+        console.print(f"[bold]engine[/]: {roofline_line(engine, blocks)}", highlight=False)
+        return
     console.print(
         f"[bold]engine[/]: {engine.name}: max({engine.t_min_s * 1e3:g} ms,"
         f" {engine.c0_s * 1e3:g} ms + {engine.c_tok_s * 1e6:g} us/token)"
@@ -833,7 +865,7 @@ def _print_setup(console: Any, workload: Workload, engine: EngineModel) -> None:
 def _simulate_with_progress(
     workload: Workload,
     configs: Sequence[Any],
-    engine: EngineModel,
+    engine: StepTimeModel,
     module: Any,
     args: argparse.Namespace,
     console: Any,

@@ -9,9 +9,10 @@ The model ``t = max(t_min, c0 + c_tok*N) + c_attn*A + c_kv*K`` (``N`` the batch'
 linear once it is known which steps sit on the floor, and the floor steps are exactly those
 with ``N`` under a threshold. :func:`fit_steps` therefore tries every threshold (every distinct
 ``N``, at most :data:`MAX_THRESHOLDS` of them), fits the five coefficients of each split by
-non-negative least squares on the relative error, keeps the split with the least squared
-relative error, and then re-splits the steps by the fitted coefficients until the split is
-stable.
+non-negative least squares on the error relative to the modelled time (reweighted, so that
+noise in the measured times does not bias the fit low), keeps the split with the least
+squared relative error, and then re-splits the steps by the fitted coefficients until the
+split is stable.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ writes it), so ``c_chunk_sq_s`` is fitted; without it that coefficient stays 0."
 
 MAX_THRESHOLDS = 256
 """The most floor thresholds tried; beyond it they are spread over the quantiles of ``N``."""
+
+REWEIGHTS = 3
+"""Passes of each split's fit that divide the rows by the last pass's modelled times."""
 
 _COUNT_MAX = 2**63 - 1
 _COUNT = "a whole number in [0, 2**63 - 1]"
@@ -229,12 +233,24 @@ def _predict(coef: Array, s: Steps) -> Array:
 
 
 def _fit_split(s: Steps, floor: npt.NDArray[np.bool_]) -> tuple[Array, float]:
-    """The coefficients for one split and their squared relative error under the max()
-    model. Rows are divided by the measured time, so the fit minimises relative error."""
+    """The coefficients for one split and their squared error relative to the modelled time.
+
+    Each row is divided by its step's time, so a short step counts as much as a long one.
+    Dividing by the *measured* time would favour the steps that happened to run fast: under
+    noisy timings (a shared machine) the fit would follow them and predict well below the
+    mean. So the rows are divided by the *modelled* time, by reweighting: the first pass
+    divides by the measured time, each of the next :data:`REWEIGHTS` by the last prediction.
+    """
     t = s.duration_s
-    coef = _nnls(_design(s, floor) / t[:, None], np.ones_like(t))
-    rel = _predict(coef, s) / t - 1.0
-    return coef, float(np.dot(rel, rel))
+    x = _design(s, floor)
+    scale = t
+    for _ in range(1 + REWEIGHTS):
+        coef = _nnls(x / scale[:, None], t / scale)
+        pred = _predict(coef, s)
+        scale = np.where(pred > 0, pred, t)
+    # The split's score is symmetric in the modelled and measured times: relative to either
+    # one alone it would favour splits that predict too low (or too high) under noise.
+    return coef, float(np.sum((pred - t) ** 2 / (scale * t)))
 
 
 def _thresholds(n: Array) -> Array:

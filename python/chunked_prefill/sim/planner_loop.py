@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .engine import EngineModel
+from .roofline import RooflineModel, StepTimeModel
 from .workload import Workload
 
 if TYPE_CHECKING:
@@ -220,7 +220,7 @@ def _sum_chunks(chunks: Any, prefilled: list[int]) -> tuple[int, int, int, list[
 class _Run:
     """One configuration's run: the clock, the scheduler, and what each request did."""
 
-    def __init__(self, wl: Workload, cfg: SimConfig, engine: EngineModel, sched: Any) -> None:
+    def __init__(self, wl: Workload, cfg: SimConfig, engine: StepTimeModel, sched: Any) -> None:
         self.wl = wl
         self.cfg = cfg
         self.engine = engine
@@ -283,7 +283,10 @@ class _Run:
             )
         served, kv = pool.pick(d)
         start_t = self.now
-        dur = self.engine.step_time(ptok, d, attn, kv, squares)
+        if isinstance(self.engine, RooflineModel):
+            dur = self.engine.step_time(ptok, d, attn, kv, squares, len(step.chunks))
+        else:
+            dur = self.engine.step_time(ptok, d, attn, kv, squares)
         self.now = start_t + dur
         self.steps += 1
         self.prefill_total += ptok
@@ -366,7 +369,7 @@ class _Run:
 def run(
     wl: Workload,
     cfg: SimConfig,
-    engine: EngineModel,
+    engine: StepTimeModel,
     sched: Any,
     stall_threshold: float,
     record: bool,

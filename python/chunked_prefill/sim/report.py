@@ -323,17 +323,24 @@ def require_matplotlib() -> None:
 def plot_title(results: Sequence[SimResult], workload: str | None = None) -> str:
     """The figure's title: the workload (else the request count), the engine(s) with their
     model and GPU, and the scheduler (with the KV pool for the serving scheduler)."""
+    from .roofline import RooflineModel
     from .serving import memory_of
 
     if workload is None:
         workload = f"{results[0].requests} requests" if results else "no results"
     engines = []
-    for name in dict.fromkeys(r.engine.name for r in results):
-        memory = memory_of(name)
-        engines.append(f"{name} ({memory.model} on {memory.gpu})")
+    for engine in {r.engine.name: r.engine for r in results}.values():
+        if isinstance(engine, RooflineModel):
+            engines.append(f"roofline of {engine.name}")  # the name gives model, GPU, TP
+            continue
+        memory = memory_of(engine.name)
+        engines.append(f"{engine.name} ({memory.model} on {memory.gpu})")
     pools = sorted({r.serving.num_blocks for r in results if r.serving is not None})
     if pools:
         scheduler = f"serving scheduler, {', '.join(map(str, pools))} KV blocks"
+        fleets = sorted({(r.serving.replicas, r.serving.router) for r in results if r.serving})
+        if fleets != [(1, "round-robin")]:
+            scheduler += "; " + ", ".join(f"{n} replicas, {router}" for n, router in fleets)
     else:
         scheduler = "planner, no memory limit"
     return f"{workload}\nengine: {', '.join(engines) or '-'}; scheduler: {scheduler}"
@@ -432,7 +439,8 @@ def _kv_panel(ax: Any, results: Sequence[SimResult]) -> None:
         s = r.serving
         if s is None or not s.kv_series_t.size:
             continue
-        used = s.kv_series_blocks.astype(float) / s.num_blocks
+        # A fleet's series counts every replica's blocks: its pool is replicas x num_blocks.
+        used = s.kv_series_blocks.astype(float) / (s.num_blocks * s.replicas)
         ax.plot(
             s.kv_series_t,
             used,

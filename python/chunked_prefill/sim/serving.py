@@ -16,16 +16,17 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .engine import (
     DEFAULT_ENGINE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     MEMORY_PRESETS,
-    EngineModel,
     KVMemory,
 )
+from .roofline import RooflineModel, StepTimeModel
+from .router import check_fleet
 from .serving_loop import SimLoopError, check_fits, run_loop
 from .simulator import (
     DEFAULT_STALL_THRESHOLD_S,
@@ -152,15 +153,21 @@ def expand_serving_configs(
     return out
 
 
-def memory_of(engine: EngineModel | str) -> KVMemory:
+def memory_of(engine: StepTimeModel | str) -> KVMemory:
     """The KV memory of an engine preset (by name, or the model's ``name``); the default
-    preset's for a model of another name."""
+    preset's for a linear model of another name. A roofline engine has none (its
+    ``KVMemory`` comes from :func:`~.catalog.engine_for`): ``ValueError``."""
+    if isinstance(engine, RooflineModel):
+        raise ValueError(
+            f"the roofline engine {engine.name!r} has no KV-memory preset: pass memory= (the"
+            " KVMemory engine_for returns with it) or num_blocks="
+        )
     name = engine if isinstance(engine, str) else engine.name
     return MEMORY_PRESETS.get(name) or MEMORY_PRESETS[DEFAULT_ENGINE.name]
 
 
 def default_num_blocks(
-    engine: EngineModel | str,
+    engine: StepTimeModel | str,
     block_size: int = 16,
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
 ) -> int:
@@ -171,18 +178,18 @@ def default_num_blocks(
 def resolve_configs(
     workload: Workload,
     configs: Sequence[ServingSimConfig],
-    engine: EngineModel = DEFAULT_ENGINE,
+    engine: StepTimeModel = DEFAULT_ENGINE,
     num_blocks: int | None = None,
     memory: KVMemory | None = None,
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
 ) -> list[dict[str, Any]]:
     """The ``ServingConfig`` keyword arguments each configuration runs with (see
     :func:`simulate_serving` for the pool size)."""
-    mem = memory if memory is not None else memory_of(engine)
     out = []
     for cfg in configs:
-        pool = num_blocks
+        pool = num_blocks if num_blocks is not None else cfg.num_blocks
         if pool is None:
+            mem = memory if memory is not None else memory_of(engine)
             pool = mem.num_blocks(cfg.block_size, gpu_memory_utilization)
         out.append(cfg.scheduler_options(workload, pool))
     return out
@@ -226,13 +233,31 @@ def _bytes(values: Sequence[Any], dtype: str) -> bytes:
 
 
 def _run_rust(
-    workload: Workload, options: dict[str, Any], engine: EngineModel, max_steps: int
+    workload: Workload,
+    options: dict[str, Any],
+    engine: StepTimeModel,
+    max_steps: int,
+    replicas: int,
+    router: str,
 ) -> dict[str, Any]:
     import numpy as np
 
     from .. import _core
 
     plan = TokenPlan(workload)
+    roofline: list[float] | None = None
+    linear_coefficients = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    if isinstance(engine, RooflineModel):
+        roofline = engine.coefficients()
+    else:
+        linear_coefficients = (
+            engine.t_min_s,
+            engine.c0_s,
+            engine.c_tok_s,
+            engine.c_attn_s,
+            engine.c_kv_s,
+            engine.c_chunk_sq_s,
+        )
     raw: dict[str, Any] = _core.simulate_serving(
         _bytes(workload.arrival_s, "<f8"),
         _bytes(workload.prompt_tokens, "<u8"),
@@ -245,15 +270,11 @@ def _run_rust(
         plan.hash_block,
         _bytes(plan.hash_offsets, "<u8"),
         _bytes(plan.hash_ids, "<u8"),
-        engine=(
-            engine.t_min_s,
-            engine.c0_s,
-            engine.c_tok_s,
-            engine.c_attn_s,
-            engine.c_kv_s,
-            engine.c_chunk_sq_s,
-        ),
+        engine=linear_coefficients,
         max_steps=max_steps,
+        roofline=roofline,
+        replicas=replicas,
+        router=router,
         **options,
     )
     floats = ("admitted", "first_token", "finish", "max_gap", "gap_values", "kv_series_t")
@@ -267,7 +288,7 @@ def simulate_serving(
     workload: Workload,
     configs: ServingSimConfig | Iterable[ServingSimConfig] | None = None,
     *,
-    engine: EngineModel = DEFAULT_ENGINE,
+    engine: StepTimeModel = DEFAULT_ENGINE,
     num_blocks: int | None = None,
     memory: KVMemory | None = None,
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -277,8 +298,15 @@ def simulate_serving(
     slo_tpot_s: float | None = None,
     slo_tbt_s: float | None = None,
     max_steps: int = 10_000_000,
+    replicas: int = 1,
+    router: str = "round-robin",
 ) -> list[SimResult]:
     """Run ``workload`` through the serving scheduler once per configuration.
+
+    ``replicas`` identical replicas (each its own scheduler and engine clock, each with the
+    configuration's pool) serve it behind ``router`` (``"round-robin"``, ``"least-loaded"``
+    or ``"prefix-aware"``, see :mod:`.router`); latency, throughput and goodput are the
+    fleet's. One replica is the single-engine simulation.
 
     ``num_blocks`` is the pool of configurations that do not set one (default: ``memory``,
     else the engine preset's (:func:`memory_of`), at ``gpu_memory_utilization`` and the
@@ -301,6 +329,7 @@ def simulate_serving(
         raise ValueError("the workload holds no requests")
     if backend not in ("rust", "pure"):
         raise ValueError(f"backend must be 'rust' or 'pure', got {backend!r}")
+    check_fleet(replicas, router)
     slo = {
         k: v
         for k, v in (("ttft_s", slo_ttft_s), ("tpot_s", slo_tpot_s), ("tbt_s", slo_tbt_s))
@@ -321,18 +350,20 @@ def simulate_serving(
     for cfg, options in zip(cfg_list, resolved):
         try:
             if backend == "rust":
-                raw = _run_rust(workload, options, engine, max_steps)
+                raw = _run_rust(workload, options, engine, max_steps, replicas, router)
             else:
-                raw = run_loop(workload, options, engine, max_steps)
+                raw = run_loop(workload, options, engine, max_steps, replicas, router)
         except ValueError as err:
             if str(err).startswith("reached the limit"):
                 reason = str(err).split(" steps with ", 1)[-1]
                 raise StepLimitError(cfg, max_steps, max_steps, reason, estimated=False) from None
             raise
         arrays = {k: np.asarray(v) for k, v in raw.items() if isinstance(v, (list, np.ndarray))}
-        results.append(
-            _summarise(workload, cfg, options, engine, raw, arrays, stall_threshold_s, slo)
-        )
+        result = _summarise(workload, cfg, options, engine, raw, arrays, stall_threshold_s, slo)
+        assert result.serving is not None
+        replica = arrays["replica"].astype(np.uint64)
+        stats = replace(result.serving, replicas=replicas, router=router, replica=replica)
+        results.append(replace(result, serving=stats))
     return results
 
 
@@ -340,7 +371,7 @@ def _summarise(
     workload: Workload,
     cfg: ServingSimConfig,
     options: dict[str, Any],
-    engine: EngineModel,
+    engine: StepTimeModel,
     raw: dict[str, Any],
     a: dict[str, Any],
     threshold: float,

@@ -12,7 +12,8 @@ import math
 from typing import Any
 
 from ..pure_serving import ServingConfig, ServingScheduler
-from .engine import EngineModel
+from .roofline import RooflineModel, StepTimeModel
+from .router import check_fleet, outstanding, pick
 from .tokens import TokenPlan
 from .workload import Workload
 
@@ -60,18 +61,43 @@ def _first_unfit(workload: Workload, bs: int, usable: int) -> int | None:
 
 
 def run_loop(
-    workload: Workload, config: dict[str, Any], engine: EngineModel, max_steps: int
+    workload: Workload,
+    config: dict[str, Any],
+    engine: StepTimeModel,
+    max_steps: int,
+    replicas: int = 1,
+    router: str = "round-robin",
 ) -> dict[str, Any]:
-    """Run ``workload`` through the pure ``ServingScheduler(ServingConfig(**config))``;
-    returns the records ``_core.simulate_serving`` returns, as lists."""
-    sched = ServingScheduler(ServingConfig(**config))
+    """Run ``workload`` through ``replicas`` pure ``ServingScheduler(ServingConfig(**config))``
+    behind ``router``; returns the records ``_core.simulate_serving`` returns, as lists.
+
+    One global clock; the next event is the earliest of the next arrival and the end of
+    each replica's step in flight. At an event time: the steps ending then complete (replica
+    order), the requests arrived by then are routed (arrival order), then every idle replica
+    with requests plans a step (replica order); an empty plan leaves it idle."""
+    check_fleet(replicas, router)
+    ServingConfig(**config)
     check_fits(workload, config)
-    plan = TokenPlan(workload)
+    fleet = _Fleet(workload, config, engine, max_steps, replicas, router)
     n = len(workload)
-    arrival, prompt, output = workload.arrival_s, workload.prompt_tokens, workload.output_tokens
-    order = sorted(range(n), key=lambda i: (arrival[i], i))
+    while fleet.done < n:
+        t = fleet.next_event()
+        if t is None:
+            raise SimLoopError(f"no replica can plan a step with {fleet.done} of {n} requests done")
+        fleet.now = max(fleet.now, t)
+        for r, rep in enumerate(fleet.replicas):
+            if rep.flight is not None and rep.flight[1] <= fleet.now:
+                fleet.complete(r)
+        fleet.route_arrived()
+        for r, rep in enumerate(fleet.replicas):
+            if rep.flight is None and rep.sched.num_running + rep.sched.num_waiting > 0:
+                fleet.start(r)
+    return fleet.rec
+
+
+def _records(n: int) -> dict[str, Any]:
     nan = math.nan
-    rec: dict[str, Any] = {
+    return {
         "admitted": [nan] * n,
         "first_token": [nan] * n,
         "finish": [nan] * n,
@@ -79,6 +105,7 @@ def run_loop(
         "cached_tokens": [0] * n,
         "preemptions": [0] * n,
         "recomputed_tokens": [0] * n,
+        "replica": [0] * n,
         "gap_values": [],
         "gap_weights": [],
         "kv_series_t": [],
@@ -91,71 +118,158 @@ def run_loop(
         "kv_peak_blocks": 0,
         "kv_stride": 1,
     }
-    emitted = [0] * n
-    last = [0.0] * n
-    now = 0.0
-    nxt = 0
-    done = 0
-    while done < n:
-        while nxt < n and arrival[order[nxt]] <= now:
-            i = order[nxt]
-            ids: Any = plan.prompt(i, prompt[i]) if plan.known and plan.known[i] else prompt[i]
-            sched.add_request(i, ids, output[i], priority=workload.priority[i])
-            nxt += 1
-        if sched.num_running + sched.num_waiting == 0:
-            now = arrival[order[nxt]]
-            continue
-        if rec["steps"] == max_steps:
+
+
+class _Replica:
+    """One replica: its scheduler, its step in flight ``(batch, end, duration, used)``, its
+    outstanding tokens and the blocks it held at its latest step."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.sched = ServingScheduler(ServingConfig(**config))
+        self.flight: tuple[Any, float, float, int] | None = None
+        self.load = 0
+        self.held = 0
+
+
+class _Fleet:
+    """The loop's state between events (as ``Loop`` in ``run.rs``)."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        config: dict[str, Any],
+        engine: StepTimeModel,
+        max_steps: int,
+        replicas: int,
+        router: str,
+    ) -> None:
+        n = len(workload)
+        self.wl, self.config, self.engine, self.max_steps = workload, config, engine, max_steps
+        self.router = router
+        self.replicas = [_Replica(config) for _ in range(replicas)]
+        self.plan = TokenPlan(workload)
+        self.rec = _records(n)
+        self.order = sorted(range(n), key=lambda i: (workload.arrival_s[i], i))
+        self.next = 0
+        self.emitted = [0] * n
+        self.last = [0.0] * n
+        self.computed = [0] * n
+        self.started = 0
+        self.fleet_used = 0
+        self.done = 0
+        self.now = 0.0
+
+    def next_event(self) -> float | None:
+        """The earliest of the next arrival and the end of each step in flight."""
+        times = [rep.flight[1] for rep in self.replicas if rep.flight is not None]
+        if self.next < len(self.order):
+            times.append(self.wl.arrival_s[self.order[self.next]])
+        return min(times) if times else None
+
+    def route_arrived(self) -> None:
+        """Route every request that has arrived by now, in arrival order."""
+        order, arrival = self.order, self.wl.arrival_s
+        while self.next < len(order) and arrival[order[self.next]] <= self.now:
+            self._route(order[self.next])
+            self.next += 1
+
+    def _route(self, i: int) -> None:
+        wl, plan = self.wl, self.plan
+        prompt, output = wl.prompt_tokens[i], wl.output_tokens[i]
+        ids: Any = plan.prompt(i, prompt) if plan.known and plan.known[i] else prompt
+        reps = self.replicas
+
+        def cached(r: int) -> int:
+            return reps[r].sched.cached_prefix_tokens(ids)
+
+        loads = [rep.load for rep in reps]
+        r = pick(self.router, self.next, loads, None if isinstance(ids, int) else cached)
+        reps[r].load += outstanding(prompt, output, 0, 0)
+        self.rec["replica"][i] = r
+        reps[r].sched.add_request(i, ids, output, priority=wl.priority[i])
+
+    def start(self, r: int) -> None:
+        """Plan a step on replica ``r`` now and put it in flight (an empty plan is reported
+        at once and leaves it idle)."""
+        rec, rep = self.rec, self.replicas[r]
+        if self.started == self.max_steps:
             raise SimLoopError(
-                f"reached the limit of {max_steps} steps with {done} of {n} requests done"
+                f"reached the limit of {self.max_steps} steps with {self.done} of"
+                f" {len(self.wl)} requests done"
             )
-        batch = sched.schedule()
+        batch = rep.sched.schedule()
         if len(batch) == 0:
-            sched.update(batch)
-            if nxt < n:
-                now = max(now, arrival[order[nxt]])
-            continue
-        start = now
+            rep.sched.update(batch)
+            return
+        start = self.now
         pairs = 0
         context = 0
+        chunks = 0
         chunk_sq = 0
         for rid in batch.preempted:
             rec["preemptions"][rid] += 1
         for item in batch.items:
-            r = item.request_id
-            if math.isnan(rec["admitted"][r]):
-                rec["admitted"][r] = start
-                rec["cached_tokens"][r] = item.cached_tokens
+            i = item.request_id
+            if math.isnan(rec["admitted"][i]):
+                rec["admitted"][i] = start
+                rec["cached_tokens"][i] = item.cached_tokens
             if item.is_prefill:
                 pairs += item.tokens * item.start + item.tokens * (item.tokens + 1) // 2
+                chunks += 1
                 chunk_sq += item.tokens * item.tokens
-                if rec["preemptions"][r] > 0:
-                    rec["recomputed_tokens"][r] += item.tokens
+                if rec["preemptions"][i] > 0:
+                    rec["recomputed_tokens"][i] += item.tokens
             else:
                 context += item.start + 1
-        prefill = batch.num_prefill_tokens
-        decode = batch.num_decode_tokens
-        duration = engine.step_time(prefill, decode, pairs, context, chunk_sq)
-        now = start + duration
-        used = config["num_blocks"] - batch.num_free_blocks
-        _kv(rec, used, duration, now)
+        prefill, decode = batch.num_prefill_tokens, batch.num_decode_tokens
+        if isinstance(self.engine, RooflineModel):
+            duration = self.engine.step_time(prefill, decode, pairs, context, chunk_sq, chunks)
+        else:
+            duration = self.engine.step_time(prefill, decode, pairs, context, chunk_sq)
+        used = self.config["num_blocks"] - batch.num_free_blocks
+        self.fleet_used += used - rep.held
+        rep.held = used
+        rep.flight = (batch, start + duration, duration, used)
+        self.started += 1
+
+    def complete(self, r: int) -> None:
+        """Complete replica ``r``'s step in flight: record it, sample its tokens, report
+        it back."""
+        rec, rep, wl, plan = self.rec, self.replicas[r], self.wl, self.plan
+        assert rep.flight is not None
+        batch, end, duration, used = rep.flight
+        rep.flight = None
+        _kv(rec, used, self.fleet_used, duration, end)
         rec["steps"] += 1
-        rec["prefill_tokens"] += prefill
-        rec["decode_tokens"] += decode
+        rec["prefill_tokens"] += batch.num_prefill_tokens
+        rec["decode_tokens"] += batch.num_decode_tokens
+        prompt = wl.prompt_tokens
+        for i in batch.preempted:
+            rep.load += min(self.computed[i], prompt[i])
+            self.computed[i] = 0
+        for item in batch.items:
+            if item.is_prefill:
+                i = item.request_id
+                now = item.start + item.tokens
+                rep.load -= min(now, prompt[i]) - min(self.computed[i], prompt[i])
+                self.computed[i] = now
         sampled = []
-        for rid in batch.sampling_ids:
+        for i in batch.sampling_ids:
             if plan.known:
-                sampled.append(plan.token(rid, prompt[rid] + emitted[rid], prompt[rid]))
-            if emitted[rid] == 0:
-                rec["first_token"][rid] = now
+                sampled.append(plan.token(i, prompt[i] + self.emitted[i], prompt[i]))
+            if self.emitted[i] == 0:
+                rec["first_token"][i] = end
             else:
-                _gap(rec, rid, now - last[rid])
-            last[rid] = now
-            emitted[rid] += 1
-        for rid in sched.update(batch, token_ids=sampled if sampled else None):
-            rec["finish"][rid] = now
-            done += 1
-    return rec
+                _gap(rec, i, end - self.last[i])
+            self.last[i] = end
+            self.emitted[i] += 1
+            rep.load -= 1
+        for i in rep.sched.update(batch, token_ids=sampled if sampled else None):
+            rec["finish"][i] = end
+            self.done += 1
+        held = self.config["num_blocks"] - rep.sched.num_free_blocks
+        self.fleet_used += held - rep.held
+        rep.held = held
 
 
 def _gap(rec: dict[str, Any], r: int, gap: float) -> None:
@@ -169,7 +283,7 @@ def _gap(rec: dict[str, Any], r: int, gap: float) -> None:
         rec["max_gap"][r] = gap
 
 
-def _kv(rec: dict[str, Any], used: int, duration: float, end: float) -> None:
+def _kv(rec: dict[str, Any], used: int, fleet_used: int, duration: float, end: float) -> None:
     rec["kv_block_seconds"] += used * duration
     rec["busy_s"] += duration
     if used > rec["kv_peak_blocks"]:
@@ -182,4 +296,4 @@ def _kv(rec: dict[str, Any], used: int, duration: float, end: float) -> None:
             rec["kv_stride"] *= 2
         if step % rec["kv_stride"] == 0:
             rec["kv_series_t"].append(end)
-            rec["kv_series_blocks"].append(used)
+            rec["kv_series_blocks"].append(fleet_used)

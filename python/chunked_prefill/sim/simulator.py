@@ -36,7 +36,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Union
 
 from . import planner_loop
-from .engine import DEFAULT_ENGINE, EngineModel
+from .engine import DEFAULT_ENGINE
+from .roofline import StepTimeModel
 from .workload import Request, Workload
 
 if TYPE_CHECKING:
@@ -262,6 +263,12 @@ class StepRecord:
         return self.end_s - self.start_s
 
 
+def _no_requests() -> npt.NDArray[np.uint64]:
+    import numpy as np
+
+    return np.zeros(0, dtype=np.uint64)
+
+
 @dataclass(frozen=True)
 class ServingStats:
     """The figures only a memory-true (serving scheduler) run has."""
@@ -289,6 +296,13 @@ class ServingStats:
     """Per request: its longest gap between two tokens."""
     preempted: npt.NDArray[np.uint64] = field(repr=False, compare=False)
     """Per request: times it was preempted."""
+    replicas: int = 1
+    """Identical replicas behind the router (the figures above are the fleet's; the KV
+    figures are per replica: ``kv_usage_mean`` over every replica's busy time,
+    ``kv_usage_peak`` the fullest replica's, ``num_blocks`` one replica's pool)."""
+    router: str = "round-robin"
+    replica: npt.NDArray[np.uint64] = field(default_factory=_no_requests, repr=False, compare=False)
+    """Per request: the replica it was routed to (empty when not recorded)."""
 
 
 @dataclass(frozen=True)
@@ -310,7 +324,7 @@ class SimResult:
     prefill_tokens: int
     """Prompt tokens prefilled (cached ones excluded)."""
     output_tokens: int
-    engine: EngineModel
+    engine: StepTimeModel
     arrival: npt.NDArray[np.float64] = field(repr=False, compare=False)
     """Per request (workload order): arrival time."""
     admitted: npt.NDArray[np.float64] = field(repr=False, compare=False)
@@ -369,6 +383,12 @@ class SimResult:
                     "input_throughput_tok_s": s.input_throughput_tok_s,
                 }
             )
+            out["config"].update(replicas=s.replicas, router=s.router)
+            if s.replicas > 1:
+                import numpy as np
+
+                counts = np.bincount(s.replica.astype(np.int64), minlength=s.replicas)
+                out["replica_requests"] = [int(c) for c in counts]
             if s.slo:
                 out["slo"] = dict(s.slo)
                 out["slo_attainment"] = s.slo_attainment
@@ -415,7 +435,7 @@ def simulate(
     workload: Workload | Sequence[Request],
     configs: SimConfig | Iterable[SimConfig] | None = None,
     *,
-    engine: EngineModel = DEFAULT_ENGINE,
+    engine: StepTimeModel = DEFAULT_ENGINE,
     backend: Backend = "auto",
     stall_threshold_s: float = DEFAULT_STALL_THRESHOLD_S,
     record_steps: bool = False,

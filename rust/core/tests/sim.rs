@@ -3,7 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::float_cmp)]
 
 use chunked_prefill::sim::{
-    run, EngineModel, Outcome, SimError, SimOptions, StepShape, TokenPlan, Workload,
+    run, EngineModel, Outcome, Roofline, SimError, SimOptions, StepModel, StepShape, TokenPlan,
+    Workload,
 };
 use chunked_prefill::ServingConfig;
 
@@ -32,7 +33,7 @@ fn simulate(workload: &Workload, config: ServingConfig) -> Result<Outcome, SimEr
         workload,
         &SimOptions {
             config,
-            engine: ONE_SECOND,
+            engine: StepModel::Linear(ONE_SECOND),
             max_steps: 1_000_000,
         },
     )
@@ -168,7 +169,7 @@ fn the_step_limit_stops_a_run() {
         &wl,
         &SimOptions {
             config: config(64, 4),
-            engine: ONE_SECOND,
+            engine: StepModel::Linear(ONE_SECOND),
             max_steps: 10,
         },
     )
@@ -217,4 +218,51 @@ fn trace_block_hashes_share_equal_blocks_and_only_the_prompt() {
     assert_eq!(out.cached_tokens, [0, 32, 16]);
     // Past the prompt, ids come from the request's own stream, not its last hash.
     assert_ne!(wl.tokens.token(2, 40, 32), wl.tokens.token(0, 40, 64));
+}
+
+#[test]
+fn roofline_step_time_is_the_python_formula() {
+    // Llama-2-7B-like figures, rounded; the same sum in the same order as Python's.
+    let r = Roofline {
+        overhead_s: 2.2e-3,
+        token_s: 64e-6,
+        head_row_s: 1.3e-6,
+        dense_read_s: 7.6e-3,
+        expert_read_s: 0.0,
+        experts: 0.0,
+        expert_miss: 0.0,
+        pair_s: 2.6e-9,
+        chunk_sq_s: 1e-9,
+        kv_token_s: 0.3e-6,
+        allreduce_call_s: 6.4e-4,
+        allreduce_token_s: 1e-7,
+    };
+    let decode = StepShape {
+        decode_tokens: 4,
+        decode_context_tokens: 4000,
+        ..StepShape::default()
+    };
+    // Weight reads dominate a small decode step.
+    let want = 2.2e-3 + 7.6e-3 + 0.3e-6 * 4000.0 + (6.4e-4 + 1e-7 * 4.0);
+    let mut got = 2.2e-3 + 7.6e-3;
+    got += 2.6e-9 * 0.0;
+    got += 1e-4 * 0.0;
+    got += 0.3e-6 * 4000.0;
+    got += 6.4e-4 + 1e-7 * 4.0;
+    assert_eq!(r.step_time(&decode), got);
+    assert!((r.step_time(&decode) - want).abs() < 1e-15);
+    let prefill = StepShape {
+        prefill_tokens: 512,
+        prefill_chunks: 1,
+        attention_pairs: 131_328,
+        prefill_chunk_sq: 262_144,
+        ..StepShape::default()
+    };
+    let mut t = 2.2e-3 + (64e-6 * 512.0 + 1.3e-6 * 1.0);
+    t += 2.6e-9 * 131_328.0;
+    t += 1e-9 * 262_144.0;
+    t += 0.3e-6 * 0.0;
+    t += 6.4e-4 + 1e-7 * 512.0;
+    assert_eq!(r.step_time(&prefill), t);
+    assert_eq!(StepModel::Roofline(r).step_time(&prefill), t);
 }

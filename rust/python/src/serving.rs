@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use chunked_prefill::serving::{Batch, ServingScheduler};
+use chunked_prefill::serving::{Batch, Prompt, ServingScheduler};
 use chunked_prefill::CoreError;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -119,6 +119,31 @@ impl PyServingScheduler {
         self.lock()?
             .add_request(request_id, prompt, max_new_tokens, priority, cache_salt)
             .map_err(core_err)
+    }
+
+    /// How many leading tokens of ``prompt`` (as ``add_request`` takes it; a bare length has
+    /// no ids, so none), with this ``cache_salt``, the prefix cache holds: ``block_size``
+    /// times the longest run of leading full blocks whose chain hash is in the pool, held or
+    /// free but still hashed (0 with prefix caching off). Unlike admission it keeps no last
+    /// token back, and it changes nothing.
+    #[pyo3(
+        signature = (prompt, *, cache_salt = Arg(None)),
+        text_signature = "($self, prompt, *, cache_salt=0)"
+    )]
+    fn cached_prefix_tokens(
+        &self,
+        prompt: &Bound<'_, PyAny>,
+        cache_salt: Arg<'_>,
+    ) -> PyResult<u128> {
+        let prompt = to_prompt(prompt)?;
+        let cache_salt = match &cache_salt.0 {
+            None => 0,
+            Some(obj) => to_u64("cache_salt", obj)?,
+        };
+        Ok(match prompt {
+            Prompt::Tokens(ids) => self.lock()?.cached_prefix_tokens(&ids, cache_salt),
+            Prompt::Length(_) => 0,
+        })
     }
 
     /// Plan the next step: decodes, then started prefills, then admissions of waiting

@@ -3,7 +3,10 @@
 //! `tobytes()` one way, `numpy.frombuffer` the other), so no Python object is made per
 //! request or per step; the run itself releases the GIL.
 
-use chunked_prefill::sim::{run, EngineModel, Outcome, SimOptions, TokenPlan, Workload};
+use chunked_prefill::sim::{
+    run_fleet, EngineModel, Fleet, Outcome, Roofline, Router, SimOptions, StepModel, TokenPlan,
+    Workload,
+};
 use chunked_prefill::ServingConfig;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -51,7 +54,8 @@ fn to_bytes<'py, T: Copy>(
 #[pyo3(signature = (
     arrival_s, prompt_tokens, output_tokens, priority, known, prefix_tokens, group, session,
     hash_block, hash_offsets, hash_ids, *, num_blocks, block_size, token_budget, chunk_size,
-    max_prefills_per_step, max_running, watermark, prefix_caching, engine, max_steps
+    max_prefills_per_step, max_running, watermark, prefix_caching, engine, max_steps,
+    roofline=None, replicas = 1, router = "round-robin"
 ))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn simulate_serving<'py>(
@@ -77,7 +81,11 @@ pub(crate) fn simulate_serving<'py>(
     prefix_caching: bool,
     engine: (f64, f64, f64, f64, f64, f64),
     max_steps: u64,
+    roofline: Option<Vec<f64>>,
+    replicas: usize,
+    router: &str,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let fleet = fleet(replicas, router)?;
     let arrival = words("arrival_s", arrival_s, None, f64::from_le_bytes)?;
     let n = Some(arrival.len());
     let optional = |len: usize| (len > 0).then_some(arrival.len());
@@ -139,20 +147,68 @@ pub(crate) fn simulate_serving<'py>(
             watermark,
             prefix_caching,
         },
-        engine: EngineModel {
-            t_min_s,
-            c0_s,
-            c_tok_s,
-            c_attn_s,
-            c_kv_s,
-            c_chunk_sq_s,
+        engine: match roofline {
+            Some(c) => StepModel::Roofline(roofline_of(&c)?),
+            None => StepModel::Linear(EngineModel {
+                t_min_s,
+                c0_s,
+                c_tok_s,
+                c_attn_s,
+                c_kv_s,
+                c_chunk_sq_s,
+            }),
         },
         max_steps,
     };
     let outcome = py
-        .detach(|| run(&workload, &options))
+        .detach(|| run_fleet(&workload, &options, &fleet))
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
     outcome_dict(py, &outcome)
+}
+
+/// The roofline of its 12 coefficients, in the order of Python's `roofline.COEFFICIENTS`.
+fn roofline_of(c: &[f64]) -> PyResult<Roofline> {
+    let &[overhead_s, token_s, head_row_s, dense_read_s, expert_read_s, experts, expert_miss, pair_s, chunk_sq_s, kv_token_s, allreduce_call_s, allreduce_token_s] =
+        c
+    else {
+        return Err(PyValueError::new_err(format!(
+            "roofline must hold 12 coefficients, got {}",
+            c.len()
+        )));
+    };
+    if c.iter().any(|v| !v.is_finite() || *v < 0.0) {
+        return Err(PyValueError::new_err(
+            "roofline coefficients must be finite and at least 0",
+        ));
+    }
+    Ok(Roofline {
+        overhead_s,
+        token_s,
+        head_row_s,
+        dense_read_s,
+        expert_read_s,
+        experts,
+        expert_miss,
+        pair_s,
+        chunk_sq_s,
+        kv_token_s,
+        allreduce_call_s,
+        allreduce_token_s,
+    })
+}
+
+/// The fleet of `replicas` behind the router named `router`.
+fn fleet(replicas: usize, router: &str) -> PyResult<Fleet> {
+    if replicas == 0 {
+        return Err(PyValueError::new_err("replicas must be at least 1, got 0"));
+    }
+    let router = Router::parse(router).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "router must be one of {}, got {router:?}",
+            Router::NAMES.join(", ")
+        ))
+    })?;
+    Ok(Fleet { replicas, router })
 }
 
 fn outcome_dict<'py>(py: Python<'py>, o: &Outcome) -> PyResult<Bound<'py, PyDict>> {
@@ -166,6 +222,7 @@ fn outcome_dict<'py>(py: Python<'py>, o: &Outcome) -> PyResult<Bound<'py, PyDict
     d.set_item("cached_tokens", to_bytes(py, &o.cached_tokens, u))?;
     d.set_item("preemptions", to_bytes(py, &o.preemptions, u))?;
     d.set_item("recomputed_tokens", to_bytes(py, &o.recomputed_tokens, u))?;
+    d.set_item("replica", to_bytes(py, &o.replica, u))?;
     d.set_item("gap_values", to_bytes(py, &o.gap_values, f))?;
     d.set_item("gap_weights", to_bytes(py, &o.gap_weights, u))?;
     d.set_item("kv_series_t", to_bytes(py, &o.kv_series_t, f))?;

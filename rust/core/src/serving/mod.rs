@@ -25,6 +25,7 @@ mod config;
 mod counts;
 mod hash;
 mod invariants;
+mod prefix_query;
 mod request;
 mod scheduler;
 mod slab;

@@ -15,6 +15,8 @@ pub struct StepShape {
     pub decode_context_tokens: u128,
     /// The squares of the prefill chunks' lengths, summed (`Σ tokens²`).
     pub prefill_chunk_sq: u128,
+    /// Prefill chunks (one per request given prompt tokens; the roofline's LM-head rows).
+    pub prefill_chunks: u64,
 }
 
 impl StepShape {
@@ -24,6 +26,7 @@ impl StepShape {
         self.prefill_tokens += tokens;
         self.attention_pairs += chunk_pairs(start, n);
         self.prefill_chunk_sq += n * n;
+        self.prefill_chunks += 1;
     }
 
     /// Adds one decoded request whose context (prompt and generated tokens) is `context`.

@@ -23,6 +23,8 @@ pub struct Outcome {
     pub preemptions: Vec<u64>,
     /// Tokens computed again after it lost its blocks.
     pub recomputed_tokens: Vec<u64>,
+    /// The replica the router sent it to (0 with one replica).
+    pub replica: Vec<u64>,
     /// Token gaps, run-length coded: `gap_values[k]` occurred `gap_weights[k]` times in a
     /// row (the requests of one step that were all served in the step before share one).
     pub gap_values: Vec<f64>,
@@ -38,10 +40,11 @@ pub struct Outcome {
     pub kv_block_seconds: f64,
     /// Sum of the step durations (the time the engine was busy).
     pub busy_s: f64,
-    /// The most blocks in use after a step's allocation.
+    /// The most blocks in use after a step's allocation, on any one replica.
     pub kv_peak_blocks: u64,
-    /// KV usage over time: the end of a step and the blocks in use in it, every
-    /// `kv_stride`-th step (see [`KV_SERIES_CAP`]).
+    /// KV usage over time: the end of a step and the blocks in use in it, over the whole
+    /// fleet (each other replica counted as of its own latest step), every `kv_stride`-th
+    /// step (see [`KV_SERIES_CAP`]).
     pub kv_series_t: Vec<f64>,
     /// See `kv_series_t`.
     pub kv_series_blocks: Vec<u64>,
@@ -61,6 +64,7 @@ impl Outcome {
             cached_tokens: vec![0; n],
             preemptions: vec![0; n],
             recomputed_tokens: vec![0; n],
+            replica: vec![0; n],
             kv_stride: 1,
             ..Self::default()
         }
@@ -68,15 +72,6 @@ impl Outcome {
 
     /// One token gap: appended to the run of the previous one when they are equal.
     pub fn gap(&mut self, request: usize, gap: f64) {
-        self.gap_run(gap);
-        if gap > self.max_gap[request] {
-            self.max_gap[request] = gap;
-        }
-    }
-
-    /// One token gap into the run-length coded series only (the caller keeps the request's
-    /// longest gap).
-    pub fn gap_run(&mut self, gap: f64) {
         match (self.gap_values.last(), self.gap_weights.last_mut()) {
             (Some(&last), Some(weight)) if last == gap => *weight += 1,
             _ => {
@@ -84,11 +79,15 @@ impl Outcome {
                 self.gap_weights.push(1);
             }
         }
+        if gap > self.max_gap[request] {
+            self.max_gap[request] = gap;
+        }
     }
 
-    /// The KV figures of the step just run: `used` blocks held for `duration`, ending at
-    /// `end`.
-    pub fn kv(&mut self, used: u64, duration: f64, end: f64) {
+    /// The KV figures of the step just run: `used` blocks of its replica held for
+    /// `duration`, ending at `end`, when the fleet holds `fleet_used` blocks (`used` with
+    /// one replica).
+    pub fn kv(&mut self, used: u64, fleet_used: u64, duration: f64, end: f64) {
         self.kv_block_seconds += used as f64 * duration;
         self.busy_s += duration;
         if used > self.kv_peak_blocks {
@@ -102,7 +101,7 @@ impl Outcome {
             }
             if self.steps % self.kv_stride == 0 {
                 self.kv_series_t.push(end);
-                self.kv_series_blocks.push(used);
+                self.kv_series_blocks.push(fleet_used);
             }
         }
     }

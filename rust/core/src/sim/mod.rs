@@ -1,5 +1,5 @@
 //! The simulation loop (issue 12): a workload through the [`ServingScheduler`] against a
-//! linear step-time model of the engine, with the KV-cache pool the engine's memory allows.
+//! step-time model of the engine (linear or roofline, [`StepModel`]), with the KV-cache pool the engine's memory allows.
 //!
 //! Small parts with one job each: [`Workload`] (the requests as plain arrays, and the
 //! token ids prefix caching sees, generated when a request arrives); [`EngineModel`] (the
@@ -13,10 +13,16 @@
 
 mod engine;
 mod metrics;
+mod roofline;
+mod router;
 mod run;
+mod step;
 mod workload;
 
 pub use engine::{chunk_pairs, EngineModel, StepShape};
 pub use metrics::{Outcome, KV_SERIES_CAP};
-pub use run::{check_fits, run, SimError, SimOptions};
+pub use roofline::{pow_int, Roofline};
+pub use router::{outstanding, Fleet, Router};
+pub use run::{check_fits, run, run_fleet, SimError, SimOptions};
+pub use step::StepModel;
 pub use workload::{token_id, TokenPlan, Workload, NO_GROUP};

@@ -1,10 +1,21 @@
-//! [`run`]: the event loop. Each turn: add the requests that have arrived, plan a step with
-//! the serving scheduler, give it the engine model's duration, report it back, record.
+//! [`run`] and [`run_fleet`]: the event loop over one or more replicas behind a router.
+//!
+//! One global clock. The next event is the earliest of the next arrival and the end of each
+//! replica's step in flight. At an event time `t`, in this order: the steps ending at `t`
+//! complete, in replica order (their tokens are sampled, `update` reports them); the
+//! requests arrived by `t` are routed, in arrival order, each added to its replica's
+//! scheduler at once; then every replica without a step in flight and with requests plans
+//! one (`schedule`) in replica order, lasting the engine model's step time from `t`. A
+//! replica whose plan is empty (nothing fits) waits for the next event. With one replica
+//! this is the single-engine loop: a step starts when the previous one ends or, when idle,
+//! when a request arrives.
 
 use std::fmt;
 
-use super::engine::{EngineModel, StepShape};
+use super::engine::StepShape;
 use super::metrics::Outcome;
+use super::router::{outstanding, Fleet, Router};
+use super::step::StepModel;
 use super::workload::Workload;
 use crate::serving::{Prompt, ServingConfig, ServingScheduler, TokenIds};
 
@@ -14,7 +25,7 @@ pub struct SimOptions {
     /// The serving scheduler's configuration (its pool is the engine's KV cache).
     pub config: ServingConfig,
     /// The engine's step-time model.
-    pub engine: EngineModel,
+    pub engine: StepModel,
     /// Stop with [`SimError::StepLimit`] after this many steps.
     pub max_steps: u64,
 }
@@ -36,6 +47,14 @@ pub enum SimError {
         needed: u64,
         /// Blocks admission may use.
         usable: u64,
+    },
+    /// No replica can plan a step and no request is left to arrive (the scheduler's rules
+    /// should make this impossible; reported instead of looping).
+    Stalled {
+        /// Requests finished by then.
+        done: usize,
+        /// Requests in the workload.
+        requests: usize,
     },
     /// The run reached `max_steps`.
     StepLimit {
@@ -63,6 +82,10 @@ impl fmt::Display for SimError {
                 "request {request} (prompt {prompt_tokens} tokens, output {output_tokens}) needs \
                  {needed} KV blocks at its longest, but the pool has {usable} usable blocks: it \
                  could never run"
+            ),
+            Self::Stalled { done, requests } => write!(
+                f,
+                "no replica can plan a step with {done} of {requests} requests done"
             ),
             Self::StepLimit {
                 steps,
@@ -103,17 +126,45 @@ pub fn check_fits(workload: &Workload, config: &ServingConfig) -> Result<(), Sim
     Ok(())
 }
 
-/// The loop's state between steps.
+/// One replica: its scheduler, the step it has in flight, and what the router sees of it.
+struct Replica {
+    sched: ServingScheduler,
+    flight: Option<Flight>,
+    /// Outstanding tokens of the requests routed to it (see [`outstanding`]).
+    load: u128,
+    /// Blocks in use as of its latest step (for the fleet's KV series).
+    held: u64,
+}
+
+/// A planned step, until it ends.
+#[derive(Clone, Copy)]
+struct Flight {
+    step_index: u128,
+    end: f64,
+    duration: f64,
+    /// Blocks in use in it.
+    used: u64,
+}
+
+/// The loop's state between events.
 struct Loop<'a> {
     workload: &'a Workload,
-    sched: ServingScheduler,
+    engine: StepModel,
+    max_steps: u64,
+    router: Router,
+    replicas: Vec<Replica>,
     out: Outcome,
-    /// Admission order and the next request in it not yet added.
+    /// Arrival order and the next request in it not yet routed.
     order: Vec<usize>,
     next: usize,
-    /// Per request: what its tokens so far were, one record per request so that a step
-    /// touches one place per sampling request.
-    progress: Vec<Progress>,
+    /// Per request: tokens sampled so far, when the last one was, tokens computed (as far
+    /// as the prompt goes; 0 again after a preemption).
+    emitted: Vec<u64>,
+    last: Vec<f64>,
+    computed: Vec<u64>,
+    /// Steps planned (the step limit counts them), blocks in use over the fleet.
+    started: u64,
+    fleet_used: u64,
     done: usize,
     now: f64,
     /// Scratch: a prompt's ids, the ids sampled in a step.
@@ -121,96 +172,162 @@ struct Loop<'a> {
     sampled: Vec<u32>,
 }
 
-/// A request's tokens so far, as the loop reads and writes them every step.
-#[derive(Debug, Clone, Copy, Default)]
-struct Progress {
-    /// Tokens sampled so far.
-    emitted: u64,
-    /// When the last one was.
-    last: f64,
-    /// The longest gap between two of them (copied to the outcome when it finishes).
-    max_gap: f64,
-}
-
 /// Run `workload` through a [`ServingScheduler`] built from `options.config`, every request
-/// stopping at its `output_tokens`.
+/// stopping at its `output_tokens`: [`run_fleet`] with one replica.
 ///
 /// # Errors
 ///
-/// [`SimError::Config`] for a bad configuration, [`SimError::NeverFits`] for a request the
-/// pool can never hold (both before anything runs), [`SimError::StepLimit`].
+/// As [`run_fleet`].
 pub fn run(workload: &Workload, options: &SimOptions) -> Result<Outcome, SimError> {
+    run_fleet(workload, options, &Fleet::default())
+}
+
+/// Run `workload` through `fleet.replicas` identical replicas, each a [`ServingScheduler`]
+/// built from `options.config` with its own engine clock, behind `fleet.router` (see the
+/// module docs for the order of events).
+///
+/// # Errors
+///
+/// [`SimError::Config`] for a bad configuration or no replica, [`SimError::NeverFits`] for
+/// a request the pool can never hold (both before anything runs), [`SimError::StepLimit`]
+/// (steps over the whole fleet), [`SimError::Stalled`].
+pub fn run_fleet(
+    workload: &Workload,
+    options: &SimOptions,
+    fleet: &Fleet,
+) -> Result<Outcome, SimError> {
+    if fleet.replicas == 0 {
+        return Err(SimError::Config(
+            "replicas must be at least 1, got 0".into(),
+        ));
+    }
     let sched = ServingScheduler::new(options.config.clone())
         .map_err(|e| SimError::Config(e.to_string()))?;
     check_fits(workload, &options.config)?;
     let n = workload.len();
+    let replica = Replica {
+        sched,
+        flight: None,
+        load: 0,
+        held: 0,
+    };
     let mut sim = Loop {
         workload,
-        sched,
+        engine: options.engine,
+        max_steps: options.max_steps,
+        router: fleet.router,
+        replicas: (0..fleet.replicas)
+            .map(|_| Replica {
+                sched: replica.sched.clone(),
+                ..replica
+            })
+            .collect(),
         out: Outcome::new(n),
         order: workload.arrival_order(),
         next: 0,
-        progress: vec![Progress::default(); n],
+        emitted: vec![0; n],
+        last: vec![0.0; n],
+        computed: vec![0; n],
+        started: 0,
+        fleet_used: 0,
         done: 0,
         now: 0.0,
         ids: Vec::new(),
         sampled: Vec::new(),
     };
     while sim.done < n {
-        sim.add_arrived();
-        if sim.sched.is_empty() {
-            sim.now = workload.arrival_s[sim.order[sim.next]];
-            continue;
-        }
-        if sim.out.steps == options.max_steps {
-            return Err(SimError::StepLimit {
-                steps: options.max_steps,
+        let Some(t) = sim.next_event() else {
+            return Err(SimError::Stalled {
                 done: sim.done,
                 requests: n,
             });
+        };
+        sim.now = sim.now.max(t);
+        for r in 0..sim.replicas.len() {
+            if sim.replicas[r].flight.is_some_and(|f| f.end <= sim.now) {
+                sim.complete(r);
+            }
         }
-        sim.step(&options.engine);
+        sim.route_arrived();
+        for r in 0..sim.replicas.len() {
+            let replica = &sim.replicas[r];
+            if replica.flight.is_none() && !replica.sched.is_empty() {
+                sim.start(r)?;
+            }
+        }
     }
     Ok(sim.out)
 }
 
 impl Loop<'_> {
-    /// Add every request that has arrived by now, in arrival order.
-    fn add_arrived(&mut self) {
-        let wl = self.workload;
-        while self.next < self.order.len() {
-            let i = self.order[self.next];
-            if wl.arrival_s[i] > self.now {
+    /// The earliest of the next arrival and the end of each step in flight.
+    fn next_event(&self) -> Option<f64> {
+        let arrival = (self.order.get(self.next)).map(|&i| self.workload.arrival_s[i]);
+        let ends = self.replicas.iter().filter_map(|r| r.flight.map(|f| f.end));
+        arrival.into_iter().chain(ends).min_by(f64::total_cmp)
+    }
+
+    /// Route every request that has arrived by now, in arrival order.
+    fn route_arrived(&mut self) {
+        while let Some(&i) = self.order.get(self.next) {
+            if self.workload.arrival_s[i] > self.now {
                 break;
             }
-            let prompt = if wl.tokens.is_known(i) {
-                wl.tokens.fill(i, wl.prompt_tokens[i], &mut self.ids);
-                Prompt::Tokens(self.ids.clone())
-            } else {
-                Prompt::Length(wl.prompt_tokens[i])
-            };
-            // `check_fits` and the workload's own checks leave no error to meet here.
-            let _ =
-                self.sched
-                    .add_request(i as u64, prompt, wl.output_tokens[i], wl.priority(i), 0);
+            self.route(i);
             self.next += 1;
         }
     }
 
-    /// Plan, time, report back and record one step. An empty plan (nothing fits until
-    /// something arrives) moves the clock to the next arrival.
-    fn step(&mut self, engine: &EngineModel) {
-        let num_blocks = self.sched.config().num_blocks;
-        let Ok(batch) = self.sched.schedule() else {
-            return;
+    /// Pick request `i`'s replica and add it to that replica's scheduler.
+    fn route(&mut self, i: usize) {
+        let wl = self.workload;
+        let (prompt, output) = (wl.prompt_tokens[i], wl.output_tokens[i]);
+        let known = wl.tokens.is_known(i);
+        if known {
+            wl.tokens.fill(i, prompt, &mut self.ids);
+        }
+        let r = if self.replicas.len() == 1 {
+            0 // the single-engine loop: no routing work
+        } else {
+            let loads: Vec<u128> = self.replicas.iter().map(|r| r.load).collect();
+            let (replicas, ids) = (&self.replicas, &self.ids);
+            let mut cached = |r: usize| replicas[r].sched.cached_prefix_tokens(ids, 0);
+            let cached: Option<&mut dyn FnMut(usize) -> u128> = known.then_some(&mut cached);
+            self.router.pick(self.next as u64, &loads, cached)
+        };
+        let request = if known {
+            Prompt::Tokens(self.ids.clone())
+        } else {
+            Prompt::Length(prompt)
+        };
+        let replica = &mut self.replicas[r];
+        replica.load += outstanding(prompt, output, 0, 0);
+        self.out.replica[i] = r as u64;
+        // `check_fits` and the workload's own checks leave no error to meet here.
+        let _ = replica
+            .sched
+            .add_request(i as u64, request, output, wl.priority(i), 0);
+    }
+
+    /// Plan a step on replica `r` at the current time and put it in flight (an empty plan,
+    /// nothing fits until something changes, is reported at once and leaves it idle).
+    fn start(&mut self, r: usize) -> Result<(), SimError> {
+        if self.started == self.max_steps {
+            return Err(SimError::StepLimit {
+                steps: self.max_steps,
+                done: self.done,
+                requests: self.workload.len(),
+            });
+        }
+        let replica = &mut self.replicas[r];
+        let num_blocks = replica.sched.config().num_blocks;
+        let Ok(batch) = replica.sched.schedule() else {
+            return Ok(());
         };
         let step_index = batch.step_index();
         if batch.is_empty() {
-            let _ = self.sched.update_step(step_index, TokenIds::None, &[]);
-            if let Some(&i) = self.order.get(self.next) {
-                self.now = self.now.max(self.workload.arrival_s[i]);
-            }
-            return;
+            let _ = replica.sched.update_step(step_index, TokenIds::None, &[]);
+            return Ok(());
         }
         let out = &mut self.out;
         let start = self.now;
@@ -219,16 +336,16 @@ impl Loop<'_> {
             out.preemptions[id as usize] += 1;
         }
         for item in batch.items() {
-            let r = item.request_id as usize;
+            let i = item.request_id as usize;
             if item.is_prefill {
                 // A request's first item is its admission's, a prefill.
-                if out.admitted[r].is_nan() {
-                    out.admitted[r] = start;
-                    out.cached_tokens[r] = item.cached_tokens as u64;
+                if out.admitted[i].is_nan() {
+                    out.admitted[i] = start;
+                    out.cached_tokens[i] = item.cached_tokens as u64;
                 }
                 shape.add_chunk(item.start, item.tokens as u64);
-                if out.preemptions[r] > 0 {
-                    out.recomputed_tokens[r] += item.tokens as u64;
+                if out.preemptions[i] > 0 {
+                    out.recomputed_tokens[i] += item.tokens as u64;
                 }
             } else {
                 shape.add_decode(item.start + 1);
@@ -238,47 +355,82 @@ impl Loop<'_> {
         let decode = batch.num_decode_tokens() as u64;
         // The batch's own counts (as the pure loop reads them), not the sums of the items.
         (shape.prefill_tokens, shape.decode_tokens) = (prefill, decode);
-        let duration = engine.step_time(&shape);
-        self.now = start + duration;
+        let duration = self.engine.step_time(&shape);
         let used = (num_blocks - batch.num_free_blocks()) as u64;
-        out.kv(used, duration, self.now);
+        self.fleet_used = self.fleet_used - replica.held + used;
+        replica.held = used;
+        replica.flight = Some(Flight {
+            step_index,
+            end: start + duration,
+            duration,
+            used,
+        });
+        self.started += 1;
+        Ok(())
+    }
+
+    /// Complete replica `r`'s step in flight: record it, sample its tokens, report it back.
+    fn complete(&mut self, r: usize) {
+        let replica = &mut self.replicas[r];
+        let Some(flight) = replica.flight.take() else {
+            return;
+        };
+        let Some(batch) = replica.sched.pending_batch() else {
+            return;
+        };
+        let out = &mut self.out;
+        let end = flight.end;
+        out.kv(flight.used, self.fleet_used, flight.duration, end);
         out.steps += 1;
-        out.prefill_tokens += prefill;
-        out.decode_tokens += decode;
+        out.prefill_tokens += batch.num_prefill_tokens() as u64;
+        out.decode_tokens += batch.num_decode_tokens() as u64;
+        let wl = self.workload;
+        for &id in batch.preempted() {
+            let i = id as usize;
+            replica.load += outstanding(wl.prompt_tokens[i], 0, 0, 0);
+            replica.load -= outstanding(wl.prompt_tokens[i], 0, self.computed[i], 0);
+            self.computed[i] = 0;
+        }
+        for item in batch.items().iter().filter(|item| item.is_prefill) {
+            let i = item.request_id as usize;
+            let now = u64::try_from(item.start + item.tokens as u128).unwrap_or(u64::MAX);
+            replica.load -= outstanding(wl.prompt_tokens[i], 0, self.computed[i], 0);
+            replica.load += outstanding(wl.prompt_tokens[i], 0, now, 0);
+            self.computed[i] = now;
+        }
         self.sampled.clear();
-        let plan = &self.workload.tokens;
+        let plan = &wl.tokens;
         let known = !plan.known.is_empty();
         for &id in batch.sampling_ids() {
-            let r = id as usize;
-            let progress = &mut self.progress[r];
+            let i = id as usize;
             if known {
-                let prompt = self.workload.prompt_tokens[r];
+                let prompt = wl.prompt_tokens[i];
                 self.sampled
-                    .push(plan.token(r, prompt + progress.emitted, prompt));
+                    .push(plan.token(i, prompt + self.emitted[i], prompt));
             }
-            if progress.emitted == 0 {
-                out.first_token[r] = self.now;
+            if self.emitted[i] == 0 {
+                out.first_token[i] = end;
             } else {
-                let gap = self.now - progress.last;
-                out.gap_run(gap);
-                if gap > progress.max_gap {
-                    progress.max_gap = gap;
-                }
+                out.gap(i, end - self.last[i]);
             }
-            progress.last = self.now;
-            progress.emitted += 1;
+            self.last[i] = end;
+            self.emitted[i] += 1;
+            replica.load -= 1;
         }
         let ids = if known {
             TokenIds::Aligned(&self.sampled)
         } else {
             TokenIds::None
         };
-        if let Ok(finished) = self.sched.update_step(step_index, ids, &[]) {
+        if let Ok(finished) = replica.sched.update_step(flight.step_index, ids, &[]) {
             for &id in finished {
-                self.out.finish[id as usize] = self.now;
-                self.out.max_gap[id as usize] = self.progress[id as usize].max_gap;
+                self.out.finish[id as usize] = end;
                 self.done += 1;
             }
         }
+        let num_blocks = replica.sched.config().num_blocks;
+        let held = (num_blocks - replica.sched.num_free_blocks()) as u64;
+        self.fleet_used = self.fleet_used - replica.held + held;
+        replica.held = held;
     }
 }

@@ -1,0 +1,119 @@
+//! [`Roofline`]: a step's duration from the model's architecture and the GPU's datasheet.
+//!
+//! The coefficients are derived in Python (`chunked_prefill.sim.roofline.RooflineModel.build`,
+//! which documents each one and `docs/engines.md` its sources); here is only the formula, with
+//! the float operations of `RooflineModel.step_time` in the same order so both give the same
+//! bits.
+
+use super::engine::StepShape;
+
+/// The coefficients of the roofline model of one model on one tensor-parallel group of GPUs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Roofline {
+    /// Fixed cost per step.
+    pub overhead_s: f64,
+    /// Linear-layer GEMM time per token.
+    pub token_s: f64,
+    /// LM-head GEMM time per sampled row (one per decode token and per prefill chunk).
+    pub head_row_s: f64,
+    /// Time to read the weights every step reads (all but the experts).
+    pub dense_read_s: f64,
+    /// Time to read one expert's weights in every layer (MoE).
+    pub expert_read_s: f64,
+    /// Experts per layer, `E` (0 for a dense model).
+    pub experts: f64,
+    /// `1 - k/E`: the chance one token's routing misses a given expert.
+    pub expert_miss: f64,
+    /// Prefill attention time per causal (query, key) pair.
+    pub pair_s: f64,
+    /// Extra cost per squared token of each prefill chunk (its attention among its own
+    /// tokens).
+    pub chunk_sq_s: f64,
+    /// Decode attention time per context token (reading its K and V).
+    pub kv_token_s: f64,
+    /// All-reduce latency per step.
+    pub allreduce_call_s: f64,
+    /// All-reduce transfer time per token of the step.
+    pub allreduce_token_s: f64,
+}
+
+/// `base` to the power `n` by repeated squaring (as Python's `pow_int`: a libm `pow` might
+/// differ between the two by an ulp).
+#[must_use]
+pub fn pow_int(base: f64, mut n: u128) -> f64 {
+    let mut result = 1.0;
+    let mut b = base;
+    while n != 0 {
+        if n & 1 == 1 {
+            result *= b;
+        }
+        b *= b;
+        n >>= 1;
+    }
+    result
+}
+
+impl Roofline {
+    /// Expected distinct experts `tokens` tokens route to, each picking `k` of `E`
+    /// uniformly: `E * (1 - (1 - k/E)^tokens)`.
+    #[must_use]
+    pub fn experts_touched(&self, tokens: u128) -> f64 {
+        self.experts * (1.0 - pow_int(self.expert_miss, tokens))
+    }
+
+    /// `overhead + max(compute, weight reads) + prefill attention + chunks + decode KV reads
+    /// + all-reduces`, as `RooflineModel.step_time` in Python.
+    #[must_use]
+    pub fn step_time(&self, shape: &StepShape) -> f64 {
+        let n = u128::from(shape.prefill_tokens) + u128::from(shape.decode_tokens);
+        let rows = u128::from(shape.decode_tokens) + u128::from(shape.prefill_chunks);
+        let compute = self.token_s * n as f64 + self.head_row_s * rows as f64;
+        let mut memory = self.dense_read_s;
+        if self.experts > 0.0 {
+            memory += self.expert_read_s * self.experts_touched(n);
+        }
+        let mut t = self.overhead_s + if compute > memory { compute } else { memory };
+        t += self.pair_s * shape.attention_pairs as f64;
+        t += self.chunk_sq_s * shape.prefill_chunk_sq as f64;
+        t += self.kv_token_s * shape.decode_context_tokens as f64;
+        t += self.allreduce_call_s + self.allreduce_token_s * n as f64;
+        t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pow_int_squares() {
+        assert_eq!(pow_int(0.75, 0), 1.0);
+        assert_eq!(pow_int(0.75, 1), 0.75);
+        assert_eq!(pow_int(0.5, 10), 1.0 / 1024.0);
+    }
+
+    #[test]
+    fn moe_touches_k_experts_for_one_token_and_at_most_all() {
+        let r = Roofline {
+            overhead_s: 0.0,
+            token_s: 0.0,
+            head_row_s: 0.0,
+            dense_read_s: 1.0,
+            expert_read_s: 1.0,
+            experts: 8.0,
+            expert_miss: 0.75,
+            pair_s: 0.0,
+            chunk_sq_s: 0.0,
+            kv_token_s: 0.0,
+            allreduce_call_s: 0.0,
+            allreduce_token_s: 0.0,
+        };
+        assert_eq!(r.experts_touched(1), 2.0);
+        assert_eq!(r.experts_touched(100_000), 8.0);
+        let one = StepShape {
+            decode_tokens: 1,
+            ..StepShape::default()
+        };
+        assert_eq!(r.step_time(&one), 3.0);
+    }
+}
