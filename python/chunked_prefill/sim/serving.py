@@ -199,17 +199,31 @@ def min_serving_steps(workload: Workload, options: dict[str, Any]) -> tuple[int,
     """A lower bound of the steps a serving run takes, and why, found in one pass: the
     longest output (a prefill step, then one step per further token; prefix-cache hits may
     leave a prompt a single step) and all decode tokens at ``max_running`` per step."""
-    chain, chain_of, total_decode = 0, 0, 0
-    for i, o in enumerate(workload.output_tokens):
-        total_decode += o - 1
-        if o > chain:
-            chain, chain_of = o, i
+    chain, chain_of, total_decode = _longest_output(workload)
     width = options["max_running"]
     bounds = [
         (chain, f"request {chain_of} alone takes a prefill step, then {chain - 1} decode steps"),
         (-(-total_decode // width), f"{total_decode} decode tokens, at most {width} per step"),
     ]
     return max(bounds, key=lambda b: b[0])
+
+
+def _longest_output(workload: Workload) -> tuple[int, int, int]:
+    """The longest output, its first request, and the decode tokens of all (numpy where
+    the sum cannot pass int64, a Python loop otherwise)."""
+    import numpy as np
+
+    n = len(workload)
+    o = np.asarray(workload.output_tokens, dtype=np.int64)
+    if n and int(o.max()) * n <= np.iinfo(np.int64).max:
+        at = int(np.argmax(o))
+        return int(o[at]), at, int(o.sum()) - n
+    chain, chain_of, total_decode = 0, 0, 0
+    for i, out in enumerate(workload.output_tokens):
+        total_decode += out - 1
+        if out > chain:
+            chain, chain_of = out, i
+    return chain, chain_of, total_decode
 
 
 def _bytes(values: Sequence[Any], dtype: str) -> bytes:

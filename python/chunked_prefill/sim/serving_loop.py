@@ -31,13 +31,33 @@ def check_fits(workload: Workload, config: dict[str, Any]) -> None:
     """Raise for the first request that can never fit the pool (as ``sim::check_fits``)."""
     bs = config["block_size"]
     usable = config["num_blocks"] - math.floor(config["watermark"] * config["num_blocks"])
+    first = _first_unfit(workload, bs, usable)
+    if first is None:
+        return
     for i, (p, o) in enumerate(zip(workload.prompt_tokens, workload.output_tokens)):
+        if i < first:
+            continue
         needed = -(-(p + o - 1) // bs)
         if needed > usable:
             raise SimLoopError(
                 f"request {i} (prompt {p} tokens, output {o}) needs {needed} KV blocks at its"
                 f" longest, but the pool has {usable} usable blocks: it could never run"
             )
+
+
+def _first_unfit(workload: Workload, bs: int, usable: int) -> int | None:
+    """Where :func:`check_fits`'s scan starts: the first request that may not fit, found
+    with numpy where no sum can pass int64 (``None``: all fit), else 0 (scan them all)."""
+    import numpy as np
+
+    if len(workload) == 0:
+        return None
+    p = np.asarray(workload.prompt_tokens, dtype=np.int64)
+    o = np.asarray(workload.output_tokens, dtype=np.int64)
+    if int(p.max()) + int(o.max()) > np.iinfo(np.int64).max:
+        return 0
+    unfit = np.flatnonzero(-(-(p + o - 1) // bs) > usable)
+    return int(unfit[0]) if unfit.size else None
 
 
 def run_loop(

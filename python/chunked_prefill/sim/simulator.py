@@ -213,9 +213,15 @@ class Percentiles:
 
         if values.size == 0:
             return cls(0, None, None, None, None, None)
-        order = np.argsort(values, kind="stable")
-        v = values[order]
-        w = np.ones(v.size, dtype=np.int64) if weights is None else weights[order]
+        if weights is None and not np.signbit(values).any():
+            # Without weights only the sorted values count, and with no negative value (nor
+            # -0.0) equal values are equal bits: any sort gives the stable sort's array.
+            v = np.sort(values)
+            w = np.ones(v.size, dtype=np.int64)
+        else:
+            order = np.argsort(values, kind="stable")
+            v = values[order]
+            w = np.ones(v.size, dtype=np.int64) if weights is None else weights[order]
         cw = np.cumsum(w, dtype=np.int64)
         total = int(cw[-1])
         scaled = cw * 100

@@ -6,7 +6,8 @@ use super::request::Request;
 /// (the usual one), whose test is cheaper than the division it saves, several per item and
 /// step.
 pub(super) fn div_blocks(tokens: usize, block_size: usize) -> usize {
-    if block_size.is_power_of_two() {
+    // `is_power_of_two` counts bits, a dozen instructions without `popcnt`; this is three.
+    if block_size != 0 && block_size & (block_size - 1) == 0 {
         tokens >> block_size.trailing_zeros()
     } else {
         tokens / block_size

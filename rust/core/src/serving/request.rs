@@ -75,8 +75,12 @@ pub(crate) struct Request {
     pub(crate) cache_salt: u64,
     pub(crate) max_new_tokens: u64,
     pub(crate) prompt: PromptIds,
-    /// Sampled tokens; `None` where the engine did not say which.
-    pub(crate) generated: Vec<Option<u32>>,
+    /// Sampled tokens up to the last known one; `None` where the engine did not say which.
+    /// The `num_generated - generated.len()` tokens after them are all unknown: they are
+    /// only counted, so a run that never gives ids writes no vector per token.
+    generated: Vec<Option<u32>>,
+    /// Tokens sampled so far.
+    num_generated: usize,
     /// How many of `generated` are known before the first unknown one.
     known_generated: usize,
     pub(crate) num_computed: u128,
@@ -129,6 +133,7 @@ impl Request {
             max_new_tokens,
             prompt,
             generated: Vec::new(),
+            num_generated: 0,
             known_generated: 0,
             num_computed: 0,
             table: Vec::new(),
@@ -153,11 +158,11 @@ impl Request {
     }
 
     pub(crate) fn num_generated(&self) -> u64 {
-        self.generated.len() as u64
+        self.num_generated as u64
     }
 
     pub(crate) fn num_tokens(&self) -> u128 {
-        u128::from(self.prompt_len()) + self.generated.len() as u128
+        u128::from(self.prompt_len()) + self.num_generated as u128
     }
 
     /// Tokens not yet computed.
@@ -167,10 +172,14 @@ impl Request {
 
     /// Append a sampled token (`None`: not given).
     pub(crate) fn push_token(&mut self, token: Option<u32>) {
-        if token.is_some() && self.known_generated == self.generated.len() {
-            self.known_generated += 1;
+        if token.is_some() {
+            if self.known_generated == self.num_generated {
+                self.known_generated += 1;
+            }
+            self.generated.resize(self.num_generated, None);
+            self.generated.push(token);
         }
-        self.generated.push(token);
+        self.num_generated += 1;
     }
 
     /// Tokens known from the start, before the first unknown one.
@@ -250,6 +259,10 @@ impl Request {
             PromptIds::Unknown(len) => out.resize(*len as usize, None),
         }
         out.extend_from_slice(&self.generated);
+        out.resize(
+            out.len() + (self.num_generated - self.generated.len()),
+            None,
+        );
     }
 
     pub(crate) fn view(&self) -> RequestView {

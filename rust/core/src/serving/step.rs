@@ -68,8 +68,9 @@ impl ServingScheduler {
             budget: self.config.token_budget,
             prefills: 0,
         };
-        self.plan_decodes(&mut room);
-        self.plan_started_prefills(&mut room);
+        if self.plan_decodes(&mut room) {
+            self.plan_started_prefills(&mut room);
+        }
         if self.batch.preempted.is_empty() {
             self.admit(&mut room);
         }
@@ -82,15 +83,22 @@ impl ServingScheduler {
 
     /// Pass 1: each decode, in rank order, gets 1 token (and a block when its last one is
     /// full), preempting the worst-ranked running requests for that block if needed.
-    fn plan_decodes(&mut self, room: &mut Room) {
+    ///
+    /// Returns whether it met a running prefill (pass 2 has work): every entry left running
+    /// is visited (a break leaves none after it), so `false` is exact, and a prefill
+    /// preempted after it was met only costs pass 2 a scan.
+    fn plan_decodes(&mut self, room: &mut Room) -> bool {
         let block_size = self.config.block_size;
+        let mut prefills = false;
         let mut at = 0;
         while at < self.running.len() {
             let slot = self.running[at].1;
             let Some(request) = self.requests.at(slot) else {
                 break;
             };
-            if request.left() == 1 {
+            let left = request.left();
+            prefills |= left > 1;
+            if left == 1 {
                 let needs = request.num_computed == tokens_in(request.table.len(), block_size);
                 if !self.make_room(slot, usize::from(needs), room) {
                     break; // it was the worst-ranked: nothing follows it
@@ -100,6 +108,7 @@ impl ServingScheduler {
             }
             at += 1;
         }
+        prefills
     }
 
     /// Pass 2: each running prefill, in rank order, gets `min(left, chunk_size, budget)`
@@ -204,7 +213,15 @@ impl ServingScheduler {
 
     /// Preempt the worst-ranked running requests until `needed` blocks are free. Returns
     /// false if `requester` (a slot) itself was the worst-ranked and was preempted.
+    #[inline]
     fn make_room(&mut self, requester: usize, needed: usize, room: &mut Room) -> bool {
+        // The usual case, checked inline: a call per decode cost more than the check.
+        self.pool.num_free() >= needed || self.preempt_for(requester, needed, room)
+    }
+
+    /// [`make_room`](Self::make_room) once blocks are short.
+    #[inline(never)]
+    fn preempt_for(&mut self, requester: usize, needed: usize, room: &mut Room) -> bool {
         while self.pool.num_free() < needed {
             let Some(&(_, victim)) = self.running.last() else {
                 return false;
@@ -263,7 +280,12 @@ impl ServingScheduler {
         let Some(request) = self.requests.at_mut(slot) else {
             return;
         };
-        let mut new_blocks = self.spare.pop().unwrap_or_default();
+        // Most decodes take no block: they get an empty vector that owns no memory.
+        let mut new_blocks = if needed > 0 || !hits.is_empty() {
+            self.spare.pop().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         new_blocks.extend_from_slice(hits);
         for _ in 0..needed {
             // `make_room` or the admission check made sure the blocks are free.

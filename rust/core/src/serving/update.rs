@@ -3,7 +3,11 @@
 
 use std::sync::Arc;
 
-use super::batch::Batch;
+use std::collections::HashMap;
+
+use hashlink::DefaultHashBuilder;
+
+use super::batch::{Batch, BatchItem};
 use super::counts::{full_blocks, shortfall};
 use super::scheduler::ServingScheduler;
 use crate::CoreError;
@@ -89,11 +93,32 @@ impl ServingScheduler {
             return Ok(&[]);
         };
         let slots = std::mem::take(&mut self.item_slots);
-        self.advance(&batch, &slots, token_ids);
-        if self.config.prefix_caching {
-            self.hash_blocks(&batch, &slots);
+        self.finished_out.clear();
+        let mut sampled = 0;
+        for (item, &slot) in batch.items.iter().zip(&slots) {
+            // Each item is another request's: advancing, hashing and freeing it item by item
+            // registers the same hashes in the same order as pass by pass would (a freed
+            // block keeps its hash, and a block another item can register is not shared).
+            let token = if item.samples {
+                sampled += 1;
+                Self::token_of(item.request_id, sampled - 1, token_ids, &self.given)
+            } else {
+                None
+            };
+            if self.requests.live_mut(slot, item.request_id).is_none() {
+                continue; // aborted since
+            }
+            self.advance(item, slot, token);
+            if self.config.prefix_caching {
+                self.hash_blocks(item, slot);
+            }
+            self.finish_item(item, slot);
         }
-        self.finish(&batch, &slots, finished);
+        for &id in finished {
+            if self.forget(id).is_ok() {
+                self.finished_out.push(id);
+            }
+        }
         self.item_slots = slots;
         self.pending = false;
         self.aborted_pending.clear();
@@ -146,70 +171,65 @@ impl ServingScheduler {
         Ok(())
     }
 
-    /// Computed tokens and sampled tokens of the batch's (not aborted) requests.
-    fn advance(&mut self, batch: &Batch, slots: &[usize], token_ids: TokenIds<'_>) {
-        let mut sampled = 0;
-        for (item, &slot) in batch.items.iter().zip(slots) {
-            let token = if item.samples {
-                sampled += 1;
-                match token_ids {
-                    TokenIds::None => None,
-                    TokenIds::Aligned(ids) => ids.get(sampled - 1).copied(),
-                    TokenIds::ByRequest(_) => self.given.get(&item.request_id).copied(),
-                }
-            } else {
-                None
-            };
-            if let Some(request) = self.requests.live_mut(slot, item.request_id) {
-                request.num_computed += item.tokens as u128;
-                request.item = None;
-                if item.samples {
-                    let before = shortfall(request, self.config.block_size);
-                    request.push_token(token);
-                    self.deficit +=
-                        shortfall(request, self.config.block_size).saturating_sub(before);
-                }
-            }
+    /// The token `token_ids` gives the `sampled`-th sampling item, request `request_id`.
+    fn token_of(
+        request_id: u64,
+        sampled: usize,
+        token_ids: TokenIds<'_>,
+        given: &HashMap<u64, u32, DefaultHashBuilder>,
+    ) -> Option<u32> {
+        match token_ids {
+            TokenIds::None => None,
+            TokenIds::Aligned(ids) => ids.get(sampled).copied(),
+            TokenIds::ByRequest(_) => given.get(&request_id).copied(),
         }
     }
 
-    /// Register the hashes of the blocks each item filled, in item order, while each
-    /// request's chain of known tokens lasts.
-    fn hash_blocks(&mut self, batch: &Batch, slots: &[usize]) {
+    /// Computed tokens and the sampled token of the (live) request of `item`, in `slot`.
+    fn advance(&mut self, item: &BatchItem, slot: usize, token: Option<u32>) {
+        let Some(request) = self.requests.at_mut(slot) else {
+            return;
+        };
+        request.num_computed += item.tokens as u128;
+        request.item = None;
+        if item.samples {
+            let before = shortfall(request, self.config.block_size);
+            request.push_token(token);
+            self.deficit += shortfall(request, self.config.block_size).saturating_sub(before);
+        }
+    }
+
+    /// Register the hashes of the blocks `item` filled, while its request's chain of known
+    /// tokens lasts.
+    fn hash_blocks(&mut self, item: &BatchItem, slot: usize) {
         let block_size = self.config.block_size;
-        for (item, &slot) in batch.items.iter().zip(slots) {
-            let Some(request) = self.requests.live_mut(slot, item.request_id) else {
-                continue;
-            };
-            let first = full_blocks(item.start, block_size);
-            let end = full_blocks(item.start + item.tokens as u128, block_size);
-            let end = end.min(request.table.len());
-            let hashed = request.chain(end, block_size, &mut self.message);
-            for block in first..hashed {
-                self.pool
-                    .register(request.table[block], request.hash(block));
-            }
+        let Some(request) = self.requests.at_mut(slot) else {
+            return;
+        };
+        let first = full_blocks(item.start, block_size);
+        let end = full_blocks(item.start + item.tokens as u128, block_size);
+        let end = end.min(request.table.len());
+        if end <= first {
+            return; // filled no block (most decodes): nothing to register
+        }
+        let hashed = request.chain(end, block_size, &mut self.message);
+        for block in first..hashed {
+            self.pool
+                .register(request.table[block], request.hash(block));
         }
     }
 
-    /// Free and forget the requests that finished, in the order `update` returns them.
-    fn finish(&mut self, batch: &Batch, slots: &[usize], finished: &[u64]) {
-        self.finished_out.clear();
-        for (item, &slot) in batch.items.iter().zip(slots) {
-            let id = item.request_id;
-            let Some(request) = self.requests.live_mut(slot, id) else {
-                continue;
-            };
-            if request.num_generated() >= request.max_new_tokens || self.finished_set.contains(&id)
-            {
-                self.finished_out.push(id);
-                let _ = self.forget(id);
-            }
-        }
-        for &id in finished {
-            if self.forget(id).is_ok() {
-                self.finished_out.push(id);
-            }
+    /// Free and forget the request of `item` if it finished (in the order `update` returns
+    /// them).
+    fn finish_item(&mut self, item: &BatchItem, slot: usize) {
+        let id = item.request_id;
+        let Some(request) = self.requests.at(slot) else {
+            return;
+        };
+        let named = !self.finished_set.is_empty() && self.finished_set.contains(&id);
+        if request.num_generated() >= request.max_new_tokens || named {
+            self.finished_out.push(id);
+            let _ = self.forget(id);
         }
     }
 }

@@ -337,11 +337,12 @@ impl Loop<'_> {
         }
         for item in batch.items() {
             let i = item.request_id as usize;
-            if out.admitted[i].is_nan() {
-                out.admitted[i] = start;
-                out.cached_tokens[i] = item.cached_tokens as u64;
-            }
             if item.is_prefill {
+                // A request's first item is its admission's, a prefill.
+                if out.admitted[i].is_nan() {
+                    out.admitted[i] = start;
+                    out.cached_tokens[i] = item.cached_tokens as u64;
+                }
                 shape.add_chunk(item.start, item.tokens as u64);
                 if out.preemptions[i] > 0 {
                     out.recomputed_tokens[i] += item.tokens as u64;
