@@ -216,6 +216,23 @@ def test_fleet_grid_reproduces_its_best_run(capsys: pytest.CaptureFixture[str]) 
     )
 
 
+def test_gpu_and_tp_lists_are_engines_of_the_grid(capsys: pytest.CaptureFixture[str]) -> None:
+    """--model on each --gpu at each --tp: one roofline engine per combination that fits
+    (Llama-3.1-70B's 141 GB of weights fit neither one H100 nor one H200), GPUs per
+    replica = TP, and the best one's command line selects its roofline."""
+    argv = ["--requests", "120", "--chunk-size", "512", "--model", "llama-3.1-70b"]
+    argv += ["--gpu", "h100-sxm,h200", "--tp", "1,4", *SLO]
+    code, out, err = _cli(capsys, "search", *argv, "--workers", "1", "--json")
+    assert code == 0, err
+    items = json.loads(out)
+    engines = sorted((it["config"]["engine"], it["gpus"]) for it in items)
+    assert engines == [
+        ("llama-3.1-70b on h100-sxm x TP 4", 4),
+        ("llama-3.1-70b on h200 x TP 4", 4),
+    ]
+    _reproduce(capsys, argv)
+
+
 def test_table_ranks_and_names_the_best(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--requests", "100", "--chunk-size", "256,none", "--gpu-cost", "2", *SLO]
     code, out, err = _cli(capsys, "search", *argv, "--workers", "1")
@@ -306,6 +323,22 @@ def no_search(monkeypatch: pytest.MonkeyPatch) -> None:
         ([*SLO, "--trace", str(TRACE), "--seed", "3"], ["--seed", "--trace"]),
         ([*SLO, "--plot", "x.xyz"], ["argument --plot: ", "'.xyz'"]),
         ([*SLO, "--max-steps", "100"], ["argument --max-steps: ", "needs at least"]),
+        ([*SLO, "--gpu", "h100-sxm"], ["argument --gpu: needs --model"]),
+        ([*SLO, "--tp", "1,2"], ["argument --tp: needs --model"]),
+        ([*SLO, "--model", "llama-3.1-8b"], ["argument --model: needs --gpu"]),
+        (
+            [*SLO, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine", "llama2-7b-a100"],
+            ["argument --engine: not with --model"],
+        ),
+        (
+            [*SLO, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "0"],
+            ["argument --tp: ", "'0'"],
+        ),
+        ([*SLO, "--model", "gpt-9", "--gpu", "h100-sxm"], ["argument --model/--gpu: ", "gpt-9"]),
+        (
+            [*SLO, "--model", "llama-3.1-70b", "--gpu", "l40s", "--tp", "1,2"],
+            ["no combination fits", "l40s at TP 1"],
+        ),
     ],
 )
 def test_search_flag_errors(

@@ -340,7 +340,7 @@ def add_engine_flags(p: argparse.ArgumentParser, *, engine_list: bool = False) -
         e.add_argument(
             "--engine",
             type=list_of(_preset),
-            default=["llama2-7b-a100"],
+            default=None,
             metavar="LIST",
             help="coefficient and memory presets, a comma list of"
             f" {', '.join(sorted(ENGINE_PRESETS))} (default: llama2-7b-a100)",

@@ -23,6 +23,7 @@ __all__ = [
     "plot_cdfs",
     "plot_title",
     "print_table",
+    "print_whole",
     "require_matplotlib",
     "results_table",
     "results_to_json",
@@ -271,7 +272,7 @@ def print_table(results: Sequence[SimResult], console: Console, title: str | Non
     """
     serving = bool(results) and all(r.serving is not None for r in results)
     if not serving:
-        _print_whole(results_table(results, title=title), console)
+        print_whole(results_table(results, title=title), console)
         return
     hidden: list[str] = []
     table = serving_table(results, title=title)
@@ -280,7 +281,7 @@ def print_table(results: Sequence[SimResult], console: Console, title: str | Non
             break
         hidden.append(head)
         table = serving_table(results, title=title, hidden=hidden)
-    _print_whole(table, console)
+    print_whole(table, console)
 
 
 def _natural_width(table: Table, console: Console) -> int:
@@ -289,7 +290,9 @@ def _natural_width(table: Table, console: Console) -> int:
     return Measurement.get(console, console.options.update_width(10_000), table).maximum
 
 
-def _print_whole(table: Table, console: Console) -> None:
+def print_whole(table: Table, console: Console) -> None:
+    """Print ``table`` at its natural width when the console is narrower (the terminal
+    wraps its lines) rather than with cells cut short."""
     needed = _natural_width(table, console)
     width = console.width
     if needed <= width:

@@ -26,14 +26,14 @@ from .cli import (
     add_workload_flags,
     check_plot_path,
     check_serving_configs,
-    engine_from_args,
     serving_configs_from_args,
     workload_from_args,
 )
-from .engine import DEFAULT_GPU_MEMORY_UTILIZATION, MEMORY_PRESETS, ProfileError
-from .report import PLOT_HINT, PlotUnavailable
+from .engine import ProfileError
+from .report import PLOT_HINT, PlotUnavailable, print_whole
 from .router import MAX_REPLICAS, ROUTERS
 from .search import DEFAULT_ATTAINMENT, DEFAULT_PRECISION, RANK_BY, search
+from .search_engines import add_roofline_lists, engine_specs, utilization
 from .search_space import EngineSpec, RateWorkload, SyntheticWorkload
 from .serving import ServingSimConfig
 from .simulator import DEFAULT_STALL_THRESHOLD_S, StepLimitError, backend_name, resolve_backend
@@ -80,6 +80,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
     )
     add_scheduler_flags(p, planner=False)
     add_engine_flags(p, engine_list=True)
+    add_roofline_lists(p)
     f = p.add_argument_group("fleet (comma lists; latency, throughput and goodput are the fleet's)")
     f.add_argument(
         "--replicas",
@@ -245,11 +246,7 @@ def _source(args: argparse.Namespace) -> RateWorkload:
 
 
 def _engines(args: argparse.Namespace) -> list[EngineSpec]:
-    specs = []
-    for preset in dict.fromkeys(args.engine):
-        model = engine_from_args(args, preset)
-        specs.append(EngineSpec(model, MEMORY_PRESETS[preset], 1, ("--engine", preset)))
-    return specs
+    return engine_specs(args)
 
 
 def _check(args: argparse.Namespace, source: RateWorkload, engines: list[EngineSpec]) -> None:
@@ -274,9 +271,7 @@ def _default_start(source: RateWorkload) -> float:
 
 
 def _util(args: argparse.Namespace) -> float:
-    if args.gpu_memory_utilization is None:
-        return DEFAULT_GPU_MEMORY_UTILIZATION
-    return float(args.gpu_memory_utilization)
+    return utilization(args)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -363,7 +358,7 @@ def _report(
         sys.stdout.write(json.dumps(items, indent=2, allow_nan=False) + "\n")
         sys.stdout.flush()
         return 0
-    console.print(search_table(items, title=_title(args, source)))
+    print_whole(search_table(items, title=_title(args, source)), console)
     best = items[0]
     if best["at_capacity"] is None:
         console.print("[bold red]no configuration meets the SLOs at any probed rate[/]")
@@ -454,8 +449,8 @@ def _config_flags(config: dict[str, Any]) -> list[str]:
     return out
 
 
-def _engine_flags(args: argparse.Namespace, engine: str) -> list[str]:
-    out = ["--engine", engine]
+def _engine_flags(args: argparse.Namespace, spec: EngineSpec) -> list[str]:
+    out = list(spec.flags)
     if args.profile is not None:
         out += ["--profile", args.profile]
     for flag, value in (
@@ -476,15 +471,13 @@ def reproduce_command(args: argparse.Namespace, item: dict[str, Any]) -> str:
     """The ``chunked-prefill simulate`` command line that runs ``item``'s configuration at
     its capacity, giving its ``at_capacity`` object (with ``--json``)."""
     config = item["config"]
-    preset = next(
-        p for p in dict.fromkeys(args.engine) if _engine_name(args, p) == config["engine"]
-    )
+    spec = next(s for s in _engines(args) if s.name == config["engine"])
     words = ["chunked-prefill", "simulate", *_workload_flags(args)]
     words += ["--rate", repr(item["capacity_rps"])]
     words += _config_flags(config)
     if config["replicas"] != 1 or config["router"] != "round-robin":
         words += ["--replicas", str(config["replicas"]), "--router", config["router"]]
-    words += _engine_flags(args, preset)
+    words += _engine_flags(args, spec)
     for flag, value in (
         ("--slo-ttft", args.slo_ttft),
         ("--slo-tpot", args.slo_tpot),
@@ -497,7 +490,3 @@ def reproduce_command(args: argparse.Namespace, item: dict[str, Any]) -> str:
     if args.max_steps != DEFAULT_MAX_STEPS:
         words += ["--max-steps", str(args.max_steps)]
     return shlex.join(words)
-
-
-def _engine_name(args: argparse.Namespace, preset: str) -> str:
-    return engine_from_args(args, preset).name
