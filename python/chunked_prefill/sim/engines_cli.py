@@ -29,7 +29,14 @@ from .catalog import (
 from .engine import DEFAULT_GPU_MEMORY_UTILIZATION, GIB, KVMemory
 from .roofline import RooflineModel
 
-__all__ = ["REFERENCE_STEPS", "add_parser", "add_roofline_flags", "engine_rows", "run"]
+__all__ = [
+    "LINEAR_FLAGS",
+    "REFERENCE_STEPS",
+    "add_parser",
+    "add_roofline_flags",
+    "engine_rows",
+    "run",
+]
 
 PROG = "chunked-prefill engines"
 
@@ -40,6 +47,19 @@ REFERENCE_STEPS = {
 """Two steps whose roofline times ``engines`` reports (arguments of ``step_time``): 64
 requests decoding at 2 048 tokens of context each, and one 2 048-token prompt chunk on an
 empty cache."""
+
+
+LINEAR_FLAGS = (
+    ("--engine", "engine"),
+    ("--profile", "profile"),
+    ("--t-min", "t_min"),
+    ("--c0", "c0"),
+    ("--c-tok", "c_tok"),
+    ("--c-attn", "c_attn"),
+    ("--c-kv", "c_kv"),
+    ("--c-chunk-sq", "c_chunk_sq"),
+)
+"""The linear engine's flags and their ``argparse`` names: none goes with ``--model``."""
 
 
 def add_roofline_flags(p: argparse.ArgumentParser) -> None:
@@ -93,20 +113,7 @@ def roofline_from_args(
         if given:
             raise UsageError(f"argument {given[0]}: needs --model")
         return None
-    linear = [
-        flag
-        for flag, name in (
-            ("--engine", "engine"),
-            ("--profile", "profile"),
-            ("--t-min", "t_min"),
-            ("--c0", "c0"),
-            ("--c-tok", "c_tok"),
-            ("--c-attn", "c_attn"),
-            ("--c-kv", "c_kv"),
-            ("--c-chunk-sq", "c_chunk_sq"),
-        )
-        if getattr(args, name, None) is not None
-    ]
+    linear = [flag for flag, name in LINEAR_FLAGS if getattr(args, name, None) is not None]
     if linear:
         raise UsageError(f"argument {linear[0]}: not with --model (the roofline engine)")
     if args.gpu is None:

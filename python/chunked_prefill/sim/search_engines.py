@@ -11,20 +11,10 @@ from .._args import UsageError, int_flag, list_of
 from .catalog import GPUS, MODELS, EngineFitError, ModelConfigError, engine_for
 from .cli import engine_from_args
 from .engine import DEFAULT_ENGINE, DEFAULT_GPU_MEMORY_UTILIZATION, MEMORY_PRESETS
+from .engines_cli import LINEAR_FLAGS
 from .search_space import EngineSpec
 
 __all__ = ["add_roofline_lists", "engine_specs", "utilization"]
-
-_LINEAR_FLAGS = (
-    ("--engine", "engine"),
-    ("--profile", "profile"),
-    ("--t-min", "t_min"),
-    ("--c0", "c0"),
-    ("--c-tok", "c_tok"),
-    ("--c-attn", "c_attn"),
-    ("--c-kv", "c_kv"),
-    ("--c-chunk-sq", "c_chunk_sq"),
-)
 
 
 def add_roofline_lists(p: argparse.ArgumentParser) -> None:
@@ -67,7 +57,7 @@ def engine_specs(args: argparse.Namespace) -> list[EngineSpec]:
             if getattr(args, flag) is not None:
                 raise UsageError(f"argument --{flag}: needs --model")
         return _linear_specs(args)
-    linear = [flag for flag, name in _LINEAR_FLAGS if getattr(args, name, None) is not None]
+    linear = [flag for flag, name in LINEAR_FLAGS if getattr(args, name, None) is not None]
     if linear:
         raise UsageError(f"argument {linear[0]}: not with --model (the roofline engines)")
     if args.gpu is None:
