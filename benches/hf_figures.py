@@ -29,31 +29,14 @@ from typing import Any
 
 import torch
 import transformers
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+from transformers import GenerationConfig
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
 from transformers.generation.continuous_batching import scheduler as cb_scheduler
 
 from chunked_prefill import hf
+from paged_figures import tiny_llama
 
 BACKENDS = {"rust": "chunked_prefill._core", "pure": "chunked_prefill.pure"}
-
-
-def tiny_llama(seed: int = 0) -> Any:
-    """The test suite's model: 2 layers, hidden 64, vocab 128, fp32, random weights."""
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-    )
-    return LlamaForCausalLM(config).eval()  # type: ignore[no-untyped-call]
 
 
 def workload(n: int, seed: int = 1) -> list[list[int]]:

@@ -34,14 +34,15 @@ from chunked_prefill import hf
 BACKENDS = {"rust": "chunked_prefill._core", "pure": "chunked_prefill.pure_serving"}
 
 
-def tiny_llama(seed: int = 0) -> Any:
-    """The test suite's model: 2 layers, hidden 64, vocab 128, fp32, random weights."""
+def tiny_llama(seed: int = 0, hidden: int = 64, layers: int = 2) -> Any:
+    """A random Llama built here (no download, no eos), fp32, vocab 128; the defaults are the
+    test suite's model: 2 layers, hidden 64."""
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=128,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=1024,

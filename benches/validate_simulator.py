@@ -41,7 +41,6 @@ from typing import Any
 import numpy as np
 import torch
 import transformers
-from transformers import LlamaConfig, LlamaForCausalLM
 
 import chunked_prefill
 from chunked_prefill import hf
@@ -100,31 +99,10 @@ def serving_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def llama(hidden: int, layers: int) -> Any:
-    """A random Llama built here (no download), fp32: ``hidden_size=64, layers=2`` is the
-    test suite's model (:func:`paged_figures.tiny_llama`)."""
-    if (hidden, layers) == (64, 2):
-        return tiny_llama()
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=128,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-    )
-    return LlamaForCausalLM(config).eval()  # type: ignore[no-untyped-call]
-
-
 def run_engine(args: argparse.Namespace, workload: Workload, out: Path) -> dict[str, Any]:
     """Run the workload on the wall clock; the measured figures and the run's counters."""
     torch.set_num_threads(1)
-    model = llama(args.hidden_size, args.layers)
+    model = tiny_llama(hidden=args.hidden_size, layers=args.layers)
     config = chunked_prefill.ServingConfig(**serving_options(args))
     engine = hf.PagedEngine(model, config, separate_decodes=args.separate_decodes)
     engine.generate(workload.prompts[:8], max_new_tokens=4)  # warm up: first-call costs
