@@ -119,7 +119,31 @@ pub(crate) fn simulate_serving<'py>(
         },
         arrival_s: arrival,
     };
-    if !(known.is_empty() || known.len() == workload.len()) {
+    check_token_plan(&workload, known.len())?;
+    let options = SimOptions {
+        config: ServingConfig {
+            num_blocks,
+            block_size,
+            token_budget,
+            chunk_size,
+            max_prefills_per_step,
+            max_running,
+            watermark,
+            prefix_caching,
+        },
+        engine: step_model(engine, roofline)?,
+        max_steps,
+    };
+    let outcome = py
+        .detach(|| run_fleet(&workload, &options, &fleet))
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    outcome_dict(py, &outcome)
+}
+
+/// The token plan's shape: one `known` byte per request (or none), and hash offsets that
+/// rise from 0 to the number of hash ids.
+fn check_token_plan(workload: &Workload, known: usize) -> PyResult<()> {
+    if !(known == 0 || known == workload.len()) {
         return Err(PyValueError::new_err(
             "known must hold one byte per request",
         ));
@@ -135,35 +159,26 @@ pub(crate) fn simulate_serving<'py>(
             ));
         }
     }
+    Ok(())
+}
+
+/// The roofline when its coefficients are given, the linear model of `engine` otherwise.
+fn step_model(
+    engine: (f64, f64, f64, f64, f64, f64),
+    roofline: Option<Vec<f64>>,
+) -> PyResult<StepModel> {
+    if let Some(c) = roofline {
+        return Ok(StepModel::Roofline(roofline_of(&c)?));
+    }
     let (t_min_s, c0_s, c_tok_s, c_attn_s, c_kv_s, c_chunk_sq_s) = engine;
-    let options = SimOptions {
-        config: ServingConfig {
-            num_blocks,
-            block_size,
-            token_budget,
-            chunk_size,
-            max_prefills_per_step,
-            max_running,
-            watermark,
-            prefix_caching,
-        },
-        engine: match roofline {
-            Some(c) => StepModel::Roofline(roofline_of(&c)?),
-            None => StepModel::Linear(EngineModel {
-                t_min_s,
-                c0_s,
-                c_tok_s,
-                c_attn_s,
-                c_kv_s,
-                c_chunk_sq_s,
-            }),
-        },
-        max_steps,
-    };
-    let outcome = py
-        .detach(|| run_fleet(&workload, &options, &fleet))
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-    outcome_dict(py, &outcome)
+    Ok(StepModel::Linear(EngineModel {
+        t_min_s,
+        c0_s,
+        c_tok_s,
+        c_attn_s,
+        c_kv_s,
+        c_chunk_sq_s,
+    }))
 }
 
 /// The roofline of its 12 coefficients, in the order of Python's `roofline.COEFFICIENTS`.
