@@ -57,20 +57,35 @@ impl Batch {
     /// Recompute the fields that follow from the items (sums saturate: a hand-built batch
     /// may claim anything).
     pub(crate) fn derive(&mut self) {
+        let items = std::mem::take(&mut self.items);
+        self.clear();
+        for item in items {
+            self.push(item);
+        }
+    }
+
+    /// Append an item, keeping the fields that follow from the items up to date (the
+    /// scheduler plans into a batch this way, so sealing it needs no second pass).
+    #[inline]
+    pub(crate) fn push(&mut self, item: BatchItem) {
+        if item.samples {
+            self.sampling_ids.push(item.request_id);
+        }
+        let sum = if item.is_prefill {
+            &mut self.num_prefill_tokens
+        } else {
+            &mut self.num_decode_tokens
+        };
+        *sum = sum.saturating_add(item.tokens);
+        self.items.push(item);
+    }
+
+    /// Empty the items and the fields that follow from them, keeping their buffers.
+    pub(crate) fn clear(&mut self) {
+        self.items.clear();
         self.sampling_ids.clear();
         self.num_prefill_tokens = 0;
         self.num_decode_tokens = 0;
-        for item in &self.items {
-            if item.samples {
-                self.sampling_ids.push(item.request_id);
-            }
-            let sum = if item.is_prefill {
-                &mut self.num_prefill_tokens
-            } else {
-                &mut self.num_decode_tokens
-            };
-            *sum = sum.saturating_add(item.tokens);
-        }
     }
 
     /// The step this batch plans (0 for the first `schedule()`).

@@ -81,6 +81,9 @@ pub(crate) struct Request {
     generated: Vec<Option<u32>>,
     /// Tokens sampled so far.
     num_generated: usize,
+    /// Prompt plus generated tokens, kept beside the two it sums: the step rule reads it
+    /// several times per request and step.
+    num_tokens: u128,
     /// How many of `generated` are known before the first unknown one.
     known_generated: usize,
     pub(crate) num_computed: u128,
@@ -125,6 +128,10 @@ impl Request {
         priority: i64,
         cache_salt: u64,
     ) -> Self {
+        let prompt_len = match &prompt {
+            PromptIds::Known(ids) => ids.len() as u128,
+            PromptIds::Unknown(len) => u128::from(*len),
+        };
         Self {
             id,
             seq,
@@ -134,6 +141,7 @@ impl Request {
             prompt,
             generated: Vec::new(),
             num_generated: 0,
+            num_tokens: prompt_len,
             known_generated: 0,
             num_computed: 0,
             table: Vec::new(),
@@ -162,7 +170,7 @@ impl Request {
     }
 
     pub(crate) fn num_tokens(&self) -> u128 {
-        u128::from(self.prompt_len()) + self.num_generated as u128
+        self.num_tokens
     }
 
     /// Tokens not yet computed.
@@ -180,6 +188,7 @@ impl Request {
             self.generated.push(token);
         }
         self.num_generated += 1;
+        self.num_tokens += 1;
     }
 
     /// Tokens known from the start, before the first unknown one.

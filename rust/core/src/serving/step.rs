@@ -100,10 +100,13 @@ impl ServingScheduler {
             prefills |= left > 1;
             if left == 1 {
                 let needs = request.num_computed == tokens_in(request.table.len(), block_size);
-                if !self.make_room(slot, usize::from(needs), room) {
+                if !needs {
+                    self.plan_decode(slot); // the usual case: its last block has room
+                } else if self.make_room(slot, 1, room) {
+                    self.plan_item(slot, 1, false, 1, &[]);
+                } else {
                     break; // it was the worst-ranked: nothing follows it
                 }
-                self.plan_item(slot, 1, false, usize::from(needs), &[]);
                 room.budget = room.budget.saturating_sub(1);
             }
             at += 1;
@@ -298,7 +301,7 @@ impl ServingScheduler {
         let start = request.num_computed;
         request.item = Some(self.batch.items.len());
         self.item_slots.push(slot);
-        self.batch.items.push(BatchItem {
+        self.batch.push(BatchItem {
             request_id: request.id,
             start,
             tokens,
@@ -309,13 +312,33 @@ impl ServingScheduler {
         });
     }
 
+    /// [`plan_item`](Self::plan_item) for a decode that takes no block, most items of a
+    /// step: one token, which it samples, and no vector.
+    #[inline]
+    fn plan_decode(&mut self, slot: usize) {
+        let Some(request) = self.requests.at_mut(slot) else {
+            return;
+        };
+        request.item = Some(self.batch.items.len());
+        self.item_slots.push(slot);
+        self.batch.push(BatchItem {
+            request_id: request.id,
+            start: request.num_computed,
+            tokens: 1,
+            is_prefill: false,
+            samples: true,
+            new_blocks: Vec::new(),
+            cached_tokens: 0,
+        });
+    }
+
     /// Drop the items of preempted requests (and their slots) and fill in the batch's totals.
     fn seal_batch(&mut self) {
-        // Only a preemption empties an item.
+        // Only a preemption empties an item; the planned items are tallied as they come.
         if !self.batch.preempted.is_empty() {
             self.drop_emptied_items();
+            self.batch.derive();
         }
-        self.batch.derive();
         self.batch.num_free_blocks = self.pool.num_free();
     }
 
@@ -351,6 +374,7 @@ impl ServingScheduler {
                 self.spare.push(item.new_blocks);
             }
         }
+        self.batch.clear();
         self.item_slots.clear();
         self.batch.preempted.clear();
     }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use hashlink::DefaultHashBuilder;
 
 use super::batch::{Batch, BatchItem};
-use super::counts::{full_blocks, shortfall};
+use super::counts::{full_blocks, shortfall, tokens_in};
 use super::scheduler::ServingScheduler;
 use crate::CoreError;
 
@@ -108,8 +108,14 @@ impl ServingScheduler {
             if self.requests.live_mut(slot, item.request_id).is_none() {
                 continue; // aborted since
             }
-            self.advance(item, slot, token);
-            if self.config.prefix_caching {
+            // A decode fills a block only when its token ends one.
+            let filled = if item.is_prefill {
+                self.advance(item, slot, token);
+                true
+            } else {
+                self.advance_decode(slot, token)
+            };
+            if filled && self.config.prefix_caching {
                 self.hash_blocks(item, slot);
             }
             self.finish_item(item, slot);
@@ -197,6 +203,25 @@ impl ServingScheduler {
             request.push_token(token);
             self.deficit += shortfall(request, self.config.block_size).saturating_sub(before);
         }
+    }
+
+    /// [`advance`](Self::advance) for a decode (one token, which it samples), without its
+    /// block divisions. Returns whether its token filled its last block: then sampling adds
+    /// a block to what it still needs (its table covered its `num_tokens`), and the block can
+    /// be hashed.
+    #[inline]
+    fn advance_decode(&mut self, slot: usize, token: Option<u32>) -> bool {
+        let block_size = self.config.block_size;
+        let Some(request) = self.requests.at_mut(slot) else {
+            return false;
+        };
+        request.num_computed += 1;
+        request.item = None;
+        let blocks = full_blocks(request.num_computed, block_size);
+        let filled = tokens_in(blocks, block_size) == request.num_computed;
+        self.deficit += usize::from(filled);
+        request.push_token(token);
+        filled
     }
 
     /// Register the hashes of the blocks `item` filled, while its request's chain of known
