@@ -213,15 +213,24 @@ class Percentiles:
 
         if values.size == 0:
             return cls(0, None, None, None, None, None)
-        if weights is None and not np.signbit(values).any():
-            # Without weights only the sorted values count, and with no negative value (nor
-            # -0.0) equal values are equal bits: any sort gives the stable sort's array.
-            v = np.sort(values)
-            w = np.ones(v.size, dtype=np.int64)
-        else:
+        if np.signbit(values).any():
+            # -0.0 and 0.0 are equal but print apart: the stable sort fixes which is picked.
             order = np.argsort(values, kind="stable")
             v = values[order]
             w = np.ones(v.size, dtype=np.int64) if weights is None else weights[order]
+            mean_of = (v, w)
+        elif weights is None:
+            # Equal values are equal bits here: any sort gives the stable sort's array.
+            v = np.sort(values)
+            w = np.ones(v.size, dtype=np.int64)
+            mean_of = (v, w)
+        else:
+            # Any order of equal values picks alike, and the weighted mean is summed in the
+            # given order (a stable sort took a tenth of a long run's time).
+            order = np.argsort(values)
+            v = values[order]
+            w = weights[order]
+            mean_of = (values, weights)
         cw = np.cumsum(w, dtype=np.int64)
         total = int(cw[-1])
         scaled = cw * 100
@@ -229,7 +238,7 @@ class Percentiles:
         def pick(q: int) -> float:
             return float(v[int(np.searchsorted(scaled, q * total, side="left"))])
 
-        mean = float(np.dot(v, w.astype(np.float64)) / total)
+        mean = float(np.dot(mean_of[0], mean_of[1].astype(np.float64)) / total)
         return cls(total, mean, pick(50), pick(90), pick(99), float(v[-1]))
 
 
