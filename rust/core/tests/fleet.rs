@@ -3,19 +3,13 @@
 #![allow(clippy::unwrap_used, clippy::float_cmp)]
 
 use chunked_prefill::sim::{
-    outstanding, run, run_fleet, EngineModel, Fleet, Outcome, Router, SimError, SimOptions,
-    StepModel, TokenPlan, Workload, NO_GROUP,
+    outstanding, run, run_fleet, Fleet, Outcome, Router, SimError, SimOptions, StepModel,
+    TokenPlan, Workload, NO_GROUP,
 };
 use chunked_prefill::ServingConfig;
 
-const ONE_SECOND: EngineModel = EngineModel {
-    t_min_s: 1.0,
-    c0_s: 0.0,
-    c_tok_s: 0.0,
-    c_attn_s: 0.0,
-    c_kv_s: 0.0,
-    c_chunk_sq_s: 0.0,
-};
+mod common;
+use common::{plain, ONE_SECOND};
 
 /// One prefill per step, room for everything else; blocks of 4 tokens.
 fn options() -> SimOptions {
@@ -35,15 +29,6 @@ fn options() -> SimOptions {
 
 fn fleet(workload: &Workload, replicas: usize, router: Router) -> Result<Outcome, SimError> {
     run_fleet(workload, &options(), &Fleet { replicas, router })
-}
-
-fn plain(arrival_s: &[f64], prompt: &[u64], output: &[u64]) -> Workload {
-    Workload {
-        arrival_s: arrival_s.to_vec(),
-        prompt_tokens: prompt.to_vec(),
-        output_tokens: output.to_vec(),
-        ..Workload::default()
-    }
 }
 
 #[test]

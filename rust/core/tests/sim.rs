@@ -8,15 +8,8 @@ use chunked_prefill::sim::{
 };
 use chunked_prefill::ServingConfig;
 
-/// Every step lasts exactly one second.
-const ONE_SECOND: EngineModel = EngineModel {
-    t_min_s: 1.0,
-    c0_s: 0.0,
-    c_tok_s: 0.0,
-    c_attn_s: 0.0,
-    c_kv_s: 0.0,
-    c_chunk_sq_s: 0.0,
-};
+mod common;
+use common::{plain, ONE_SECOND};
 
 fn config(num_blocks: usize, block_size: usize) -> ServingConfig {
     ServingConfig {
@@ -37,15 +30,6 @@ fn simulate(workload: &Workload, config: ServingConfig) -> Result<Outcome, SimEr
             max_steps: 1_000_000,
         },
     )
-}
-
-fn plain(arrival_s: &[f64], prompt: &[u64], output: &[u64]) -> Workload {
-    Workload {
-        arrival_s: arrival_s.to_vec(),
-        prompt_tokens: prompt.to_vec(),
-        output_tokens: output.to_vec(),
-        ..Workload::default()
-    }
 }
 
 #[test]
