@@ -736,6 +736,25 @@ mod state {
         );
     }
 
+    /// A state carries hashes but no token ids: the restored pool finds its cached blocks
+    /// by hashing the prompt, where the original finds them by their kept content.
+    #[test]
+    fn a_restored_scheduler_finds_the_same_cached_prefix() {
+        let mut s = sched(config(16));
+        add(&mut s, 1, toks(0, 12), 1);
+        step(&mut s, &[(1, 0, 8, vec![0, 1])]);
+        step(&mut s, &[(1, 8, 4, vec![2])]);
+        let mut r = ServingScheduler::from_state(s.to_state().unwrap()).unwrap();
+        for scheduler in [&mut s, &mut r] {
+            add(scheduler, 4, toks(0, 10), 1);
+            add(scheduler, 5, toks(0, 6), 1);
+        }
+        let a = plan(&mut s, &[(4, 8, 2, vec![0, 1, 3]), (5, 4, 2, vec![0, 4])]);
+        assert_eq!(r.schedule().unwrap(), &a);
+        let hits: Vec<_> = a.items().iter().map(|i| i.cached_tokens).collect();
+        assert_eq!(hits, [8, 4]);
+    }
+
     fn refused(edit: impl FnOnce(&mut ServingState), path: &str, message: &str) {
         let mut state = busy().to_state().unwrap();
         edit(&mut state);

@@ -12,9 +12,15 @@ use std::collections::HashMap;
 
 use hashlink::DefaultHashBuilder;
 
+use super::content_index::ContentIndex;
 use super::hash::BlockHash;
 
 const NIL: usize = usize::MAX;
+
+/// Hash-map entries reserved at the first registration (at most one per block): a pool of up
+/// to this many blocks never rehashes while its cache fills, which took a tenth of a step's
+/// time while a cache warmed up, and a larger pool reserves about 2.5 MB, not its size.
+pub(crate) const PRESIZED_BLOCKS: usize = 1 << 16;
 
 /// One touched block.
 #[derive(Debug, Clone)]
@@ -56,11 +62,13 @@ pub(crate) struct BlockPool {
     /// The first untouched id (`blocks.len()`).
     fresh: usize,
     by_hash: HashMap<BlockHash, usize, DefaultHashBuilder>,
+    /// The registered blocks again, by content (see [`ContentIndex`]).
+    by_content: ContentIndex,
 }
 
 impl BlockPool {
-    /// All `num_blocks` blocks free, in id order.
-    pub(crate) fn new(num_blocks: usize) -> Self {
+    /// All `num_blocks` blocks of `block_size` tokens free, in id order.
+    pub(crate) fn new(num_blocks: usize, block_size: usize) -> Self {
         Self {
             num_blocks,
             blocks: Vec::new(),
@@ -68,6 +76,7 @@ impl BlockPool {
             back: List::EMPTY,
             fresh: 0,
             by_hash: HashMap::default(),
+            by_content: ContentIndex::new(num_blocks, block_size),
         }
     }
 
@@ -87,6 +96,12 @@ impl BlockPool {
     /// The block registered for `hash`, held or free.
     pub(crate) fn lookup(&self, hash: &BlockHash) -> Option<usize> {
         self.by_hash.get(hash).copied()
+    }
+
+    /// The block registered with this parent hash and these token ids, found without
+    /// hashing when the pool kept their copy; `None` tells the caller to look the hash up.
+    pub(crate) fn find_by_content(&self, parent: &BlockHash, tokens: &[u32]) -> Option<usize> {
+        self.by_content.find(parent, tokens)
     }
 
     /// Take the head of the free queue for a new owner; its old hash is forgotten.
@@ -117,6 +132,7 @@ impl BlockPool {
         block.ref_count = 1;
         if let Some(hash) = block.hash.take() {
             self.by_hash.remove(&hash);
+            self.by_content.remove(id);
         }
         Some(id)
     }
@@ -150,9 +166,26 @@ impl BlockPool {
         if self.by_hash.contains_key(&hash) {
             return false;
         }
+        if self.by_hash.capacity() == 0 {
+            self.by_hash.reserve(self.num_blocks.min(PRESIZED_BLOCKS));
+        }
         self.by_hash.insert(hash, id);
         self.blocks[id].hash = Some(hash);
         true
+    }
+
+    /// [`register`](Self::register) the hash of `parent` and `tokens`, keeping a copy of
+    /// them for [`find_by_content`](Self::find_by_content).
+    pub(crate) fn register_content(
+        &mut self,
+        id: usize,
+        hash: BlockHash,
+        parent: &BlockHash,
+        tokens: impl Iterator<Item = u32>,
+    ) {
+        if self.register(id, hash) {
+            self.by_content.insert(id, parent, tokens);
+        }
     }
 
     /// The free queue, head first.
@@ -169,13 +202,14 @@ impl BlockPool {
 
     /// A pool rebuilt from an export: `held[id]` owners per block (touched for all ids), the
     /// free queue head first, and the registered hashes. The caller has checked that they are
-    /// consistent.
+    /// consistent. The export has no token ids: its blocks are found by hash alone.
     pub(crate) fn restore(
         held: &[usize],
+        block_size: usize,
         free_queue: &[usize],
         hashes: &[(usize, BlockHash)],
     ) -> Self {
-        let mut pool = Self::new(held.len());
+        let mut pool = Self::new(held.len(), block_size);
         pool.blocks = held
             .iter()
             .map(|&ref_count| Block {
@@ -304,6 +338,6 @@ impl BlockPool {
                 ));
             }
         }
-        Ok(())
+        self.by_content.check(|id| self.hash(id).is_some())
     }
 }

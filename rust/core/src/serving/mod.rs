@@ -22,6 +22,7 @@
 mod batch;
 mod block_pool;
 mod config;
+mod content_index;
 mod counts;
 mod hash;
 mod invariants;

@@ -98,10 +98,13 @@ pub(crate) struct Request {
     pub(crate) item: Option<usize>,
 }
 
+/// The room a request's first known sampled token reserves for those that follow.
+const FIRST_GENERATED_ROOM: u64 = 128;
+
 /// A copy of `items` with the spare capacity of the original: a copied scheduler goes on
 /// growing these vectors, and a copy at exact capacity would reallocate every one of them
 /// in its first step.
-fn with_room<T: Clone>(items: &Vec<T>) -> Vec<T> {
+pub(crate) fn with_room<T: Clone>(items: &Vec<T>) -> Vec<T> {
     let mut copy = Vec::with_capacity(items.capacity());
     copy.extend_from_slice(items);
     copy
@@ -184,6 +187,12 @@ impl Request {
             if self.known_generated == self.num_generated {
                 self.known_generated += 1;
             }
+            if self.generated.capacity() == 0 {
+                // Room for a typical answer at once, not four reallocations on the way.
+                let expected = self.max_new_tokens.min(FIRST_GENERATED_ROOM) as usize;
+                self.generated
+                    .reserve_exact(expected.max(self.num_generated + 1));
+            }
             self.generated.resize(self.num_generated, None);
             self.generated.push(token);
         }
@@ -208,6 +217,7 @@ impl Request {
         message: &mut Vec<u8>,
     ) -> usize {
         let limit = blocks.min(div_blocks(self.known_prefix(), block_size));
+        self.hashes.reserve(limit.saturating_sub(self.hashes.len()));
         while self.hashes.len() < limit {
             let i = self.hashes.len();
             let parent = match self.hashes.last() {
@@ -240,6 +250,41 @@ impl Request {
 
     pub(crate) fn hash(&self, block: usize) -> BlockHash {
         self.hashes[block]
+    }
+
+    /// Blocks whose chain hash is known (computed or found).
+    pub(crate) fn num_hashed(&self) -> usize {
+        self.hashes.len()
+    }
+
+    /// The hash block `block` chains on: its predecessor's (which must be known), or the
+    /// root for the first block.
+    pub(crate) fn parent_hash(&self, block: usize) -> BlockHash {
+        match block.checked_sub(1) {
+            Some(before) => self.hashes[before],
+            None => root_hash(self.cache_salt),
+        }
+    }
+
+    /// Extend the chain by the hash of its next block, found rather than computed (the
+    /// prefix cache held a block of the same parent and ids).
+    pub(crate) fn push_hash(&mut self, hash: BlockHash) {
+        self.hashes.push(hash);
+    }
+
+    /// The ids of block `block` if the prompt holds all of them.
+    pub(crate) fn prompt_block(&self, block: usize, block_size: usize) -> Option<&[u32]> {
+        let start = block * block_size;
+        self.prompt_ids().get(start..start + block_size)
+    }
+
+    /// The known ids of block `block` (fewer than `block_size` if one is unknown).
+    pub(crate) fn block_tokens(
+        &self,
+        block: usize,
+        block_size: usize,
+    ) -> impl Iterator<Item = u32> + '_ {
+        self.known_tokens(block * block_size, block_size)
     }
 
     /// The prompt's ids (none for a length-only prompt).

@@ -80,7 +80,7 @@ impl ServingScheduler {
         config.validate()?;
         Ok(Self {
             watermark_blocks: config.watermark_blocks(),
-            pool: BlockPool::new(config.num_blocks),
+            pool: BlockPool::new(config.num_blocks, config.block_size),
             config,
             requests: Slab::default(),
             running: Vec::new(),

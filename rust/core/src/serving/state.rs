@@ -226,7 +226,12 @@ impl ServingScheduler {
             .map(|(seq, record)| Request::restore(record, seq as u64));
         scheduler.restore(
             requests,
-            super::block_pool::BlockPool::restore(&owners, &free_queue, &block_hashes),
+            super::block_pool::BlockPool::restore(
+                &owners,
+                config.block_size,
+                &free_queue,
+                &block_hashes,
+            ),
             [step_index, num_preemptions, num_cached_tokens],
         );
         Ok(scheduler)

@@ -28,12 +28,33 @@ fn cached_prefix(
 ) {
     let most = full_blocks(request.num_tokens() - 1, block_size);
     for block in 0..most {
-        let hit = request.hash_at(block, block_size, message);
-        match hit.and_then(|hash| pool.lookup(&hash)) {
+        let hit = find_by_content(pool, request, block, block_size).or_else(|| {
+            let hash = request.hash_at(block, block_size, message);
+            hash.and_then(|hash| pool.lookup(&hash))
+        });
+        match hit {
             Some(hit) => hits.push(hit),
             None => break,
         }
     }
+}
+
+/// Prompt block `block`, the next of `request`'s chain, found in `pool` by content without
+/// hashing (see `ContentIndex`); its hash then extends the request's chain. `None` leaves
+/// the question to a hash lookup (the index does not hold every registered block).
+fn find_by_content(
+    pool: &BlockPool,
+    request: &mut Request,
+    block: usize,
+    block_size: usize,
+) -> Option<usize> {
+    if block != request.num_hashed() {
+        return None; // hashed before: its lookup by hash costs no hashing
+    }
+    let tokens = request.prompt_block(block, block_size)?;
+    let hit = pool.find_by_content(&request.parent_hash(block), tokens)?;
+    request.push_hash(pool.hash(hit)?);
+    Some(hit)
 }
 
 impl ServingScheduler {
@@ -195,6 +216,7 @@ impl ServingScheduler {
         for &hit in hits.iter() {
             self.pool.take_hit(hit);
         }
+        request.table.reserve(all_blocks); // the whole sequence at once, not by doubling
         request.table.extend_from_slice(hits);
         request.num_computed = cached;
         request.num_cached_tokens += cached;
@@ -289,7 +311,9 @@ impl ServingScheduler {
         } else {
             Vec::new()
         };
+        new_blocks.reserve(hits.len() + needed);
         new_blocks.extend_from_slice(hits);
+        request.table.reserve(needed);
         for _ in 0..needed {
             // `make_room` or the admission check made sure the blocks are free.
             if let Some(block) = self.pool.allocate() {
@@ -365,7 +389,11 @@ impl ServingScheduler {
         if let Some(sealed) = self.sealed.take() {
             match Arc::try_unwrap(sealed) {
                 Ok(batch) => self.batch = batch,
-                Err(shared) => self.batch.items.reserve(shared.items.len()),
+                Err(shared) => {
+                    // Still held by the caller: new buffers, sized like the last ones.
+                    self.batch.items.reserve(shared.items.len());
+                    self.batch.sampling_ids.reserve(shared.sampling_ids.len());
+                }
             }
         }
         for mut item in self.batch.items.drain(..) {

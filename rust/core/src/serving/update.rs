@@ -46,7 +46,9 @@ impl ServingScheduler {
         token_ids: TokenIds<'_>,
         finished: &[u64],
     ) -> Result<&[u64], CoreError> {
-        self.check_pending(batch.step_index, |pending| pending == batch)?;
+        // The pending batch itself (the usual case) is recognised without comparing items.
+        let same = |pending: &Batch| std::ptr::eq(pending, batch) || pending == batch;
+        self.check_pending(batch.step_index, same)?;
         self.apply(token_ids, finished)
     }
 
@@ -239,8 +241,14 @@ impl ServingScheduler {
         }
         let hashed = request.chain(end, block_size, &mut self.message);
         for block in first..hashed {
-            self.pool
-                .register(request.table[block], request.hash(block));
+            let parent = request.parent_hash(block);
+            let tokens = request.block_tokens(block, block_size);
+            (self.pool).register_content(
+                request.table[block],
+                request.hash(block),
+                &parent,
+                tokens,
+            );
         }
     }
 
