@@ -174,18 +174,10 @@ impl BlockPool {
         true
     }
 
-    /// [`register`](Self::register) the hash of `parent` and `tokens`, keeping a copy of
-    /// them for [`find_by_content`](Self::find_by_content).
-    pub(crate) fn register_content(
-        &mut self,
-        id: usize,
-        hash: BlockHash,
-        parent: &BlockHash,
-        tokens: impl Iterator<Item = u32>,
-    ) {
-        if self.register(id, hash) {
-            self.by_content.insert(id, parent, tokens);
-        }
+    /// Keep a copy of the content of the registered block `id` (its parent hash and
+    /// `tokens`), so that [`find_by_content`](Self::find_by_content) finds it from now on.
+    pub(crate) fn remember_content(&mut self, id: usize, parent: &BlockHash, tokens: &[u32]) {
+        self.by_content.insert(id, parent, tokens);
     }
 
     /// The free queue, head first.

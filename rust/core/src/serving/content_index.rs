@@ -64,15 +64,13 @@ impl ContentIndex {
         (self.parents[id] == *parent && self.tokens_of(id) == tokens).then_some(id)
     }
 
-    /// Record that block `id`, not in the index (its hash was dropped since it was last
-    /// inserted), was registered for `parent` and `tokens` (`block_size` ids; fewer leave it
-    /// out). A block whose fingerprint another holds is left out.
-    pub(crate) fn insert(
-        &mut self,
-        id: usize,
-        parent: &BlockHash,
-        tokens: impl Iterator<Item = u32>,
-    ) {
+    /// Remember that block `id`, registered under the hash of `parent` and `tokens`
+    /// (`block_size` ids), holds them. A content already remembered, for this block or under
+    /// a fingerprint another content shares, is left as it is.
+    pub(crate) fn insert(&mut self, id: usize, parent: &BlockHash, tokens: &[u32]) {
+        if tokens.len() != self.block_size || self.find(parent, tokens) == Some(id) {
+            return;
+        }
         if self.by_fingerprint.capacity() == 0 {
             self.by_fingerprint
                 .reserve(self.num_blocks.min(PRESIZED_BLOCKS));
@@ -83,20 +81,11 @@ impl ContentIndex {
             self.parents.resize(id + 1, [0; 16]);
             self.tokens.resize((id + 1) * self.block_size, 0);
         }
+        self.remove(id);
         let start = id * self.block_size;
-        let mut written = 0;
-        for (slot, token) in self.tokens[start..start + self.block_size]
-            .iter_mut()
-            .zip(tokens)
-        {
-            *slot = token;
-            written += 1;
-        }
-        if written < self.block_size {
-            return;
-        }
+        self.tokens[start..start + self.block_size].copy_from_slice(tokens);
         self.parents[id] = *parent;
-        let key = self.fingerprint(parent, self.tokens_of(id));
+        let key = self.fingerprint(parent, tokens);
         self.by_fingerprint.entry(key).or_insert(id);
     }
 
@@ -149,7 +138,7 @@ mod tests {
     #[test]
     fn finds_what_was_inserted_and_nothing_else() {
         let mut index = ContentIndex::new(4, 2);
-        index.insert(3, &[1; 16], [5, 6].into_iter());
+        index.insert(3, &[1; 16], &[5, 6]);
         assert_eq!(index.find(&[1; 16], &[5, 6]), Some(3));
         assert_eq!(index.find(&[2; 16], &[5, 6]), None);
         assert_eq!(index.find(&[1; 16], &[5, 7]), None);
@@ -160,15 +149,15 @@ mod tests {
     #[test]
     fn a_short_block_is_left_out() {
         let mut index = ContentIndex::new(4, 2);
-        index.insert(0, &[1; 16], [5].into_iter());
+        index.insert(0, &[1; 16], &[5]);
         assert_eq!(index.find(&[1; 16], &[5, 0]), None);
     }
 
     #[test]
     fn the_first_holder_of_a_content_keeps_it() {
         let mut index = ContentIndex::new(2, 1);
-        index.insert(0, &[1; 16], [5].into_iter());
-        index.insert(1, &[1; 16], [5].into_iter());
+        index.insert(0, &[1; 16], &[5]);
+        index.insert(1, &[1; 16], &[5]);
         assert_eq!(index.find(&[1; 16], &[5]), Some(0));
         index.remove(1); // not the holder: changes nothing
         assert_eq!(index.find(&[1; 16], &[5]), Some(0));
@@ -179,9 +168,9 @@ mod tests {
     #[test]
     fn a_block_inserted_again_holds_its_new_content() {
         let mut index = ContentIndex::new(2, 1);
-        index.insert(0, &[1; 16], [5].into_iter());
+        index.insert(0, &[1; 16], &[5]);
         index.remove(0);
-        index.insert(0, &[2; 16], [6].into_iter());
+        index.insert(0, &[2; 16], &[6]);
         assert_eq!(index.find(&[1; 16], &[5]), None);
         assert_eq!(index.find(&[2; 16], &[6]), Some(0));
     }

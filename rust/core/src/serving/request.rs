@@ -278,15 +278,6 @@ impl Request {
         self.prompt_ids().get(start..start + block_size)
     }
 
-    /// The known ids of block `block` (fewer than `block_size` if one is unknown).
-    pub(crate) fn block_tokens(
-        &self,
-        block: usize,
-        block_size: usize,
-    ) -> impl Iterator<Item = u32> + '_ {
-        self.known_tokens(block * block_size, block_size)
-    }
-
     /// The prompt's ids (none for a length-only prompt).
     fn prompt_ids(&self) -> &[u32] {
         match &self.prompt {

@@ -18,9 +18,10 @@ struct Room {
 }
 
 /// The longest chain of cached full blocks of `request`, leaving at least one token to
-/// compute, into `hits`. Hashes are computed only up to the first miss (`message` is scratch).
+/// compute, into `hits`. Blocks are found by content where the pool remembers it, by hash
+/// otherwise, hashing only up to the first miss (`message` is scratch).
 fn cached_prefix(
-    pool: &BlockPool,
+    pool: &mut BlockPool,
     request: &mut Request,
     block_size: usize,
     hits: &mut Vec<usize>,
@@ -28,10 +29,8 @@ fn cached_prefix(
 ) {
     let most = full_blocks(request.num_tokens() - 1, block_size);
     for block in 0..most {
-        let hit = find_by_content(pool, request, block, block_size).or_else(|| {
-            let hash = request.hash_at(block, block_size, message);
-            hash.and_then(|hash| pool.lookup(&hash))
-        });
+        let hit = find_by_content(pool, request, block, block_size)
+            .or_else(|| find_by_hash(pool, request, block, block_size, message));
         match hit {
             Some(hit) => hits.push(hit),
             None => break,
@@ -40,8 +39,7 @@ fn cached_prefix(
 }
 
 /// Prompt block `block`, the next of `request`'s chain, found in `pool` by content without
-/// hashing (see `ContentIndex`); its hash then extends the request's chain. `None` leaves
-/// the question to a hash lookup (the index does not hold every registered block).
+/// hashing (see `ContentIndex`); its hash then extends the request's chain.
 fn find_by_content(
     pool: &BlockPool,
     request: &mut Request,
@@ -54,6 +52,24 @@ fn find_by_content(
     let tokens = request.prompt_block(block, block_size)?;
     let hit = pool.find_by_content(&request.parent_hash(block), tokens)?;
     request.push_hash(pool.hash(hit)?);
+    Some(hit)
+}
+
+/// Block `block` of `request` found by its chain hash. A prompt block found this way is
+/// remembered by content: a prefix one request shares is hashed once more, by the first
+/// request that finds it, and then found without hashing (registering a block does not
+/// remember it: most blocks are never looked up, and their copy would cost every step).
+fn find_by_hash(
+    pool: &mut BlockPool,
+    request: &mut Request,
+    block: usize,
+    block_size: usize,
+    message: &mut Vec<u8>,
+) -> Option<usize> {
+    let hit = pool.lookup(&request.hash_at(block, block_size, message)?)?;
+    if let Some(tokens) = request.prompt_block(block, block_size) {
+        pool.remember_content(hit, &request.parent_hash(block), tokens);
+    }
     Some(hit)
 }
 
@@ -200,7 +216,7 @@ impl ServingScheduler {
             return false;
         };
         if self.config.prefix_caching {
-            cached_prefix(&self.pool, request, block_size, hits, &mut self.message);
+            cached_prefix(&mut self.pool, request, block_size, hits, &mut self.message);
         }
         let free_hits = hits.iter().filter(|&&b| self.pool.ref_count(b) == 0);
         let free = (self.pool.num_free() - free_hits.count()) as u128;

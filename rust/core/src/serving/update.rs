@@ -241,14 +241,8 @@ impl ServingScheduler {
         }
         let hashed = request.chain(end, block_size, &mut self.message);
         for block in first..hashed {
-            let parent = request.parent_hash(block);
-            let tokens = request.block_tokens(block, block_size);
-            (self.pool).register_content(
-                request.table[block],
-                request.hash(block),
-                &parent,
-                tokens,
-            );
+            self.pool
+                .register(request.table[block], request.hash(block));
         }
     }
 
