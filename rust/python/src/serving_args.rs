@@ -20,8 +20,8 @@ fn validate<'py>(py: Python<'py>, func: &str) -> PyResult<Bound<'py, PyAny>> {
 
 /// The ids of a list or tuple of plain ints in `0..=u32::MAX`, or `None` for anything else.
 fn plain_ids(obj: &Bound<'_, PyAny>) -> Option<Vec<u32>> {
-    fn each<'py>(items: impl ExactSizeIterator<Item = Bound<'py, PyAny>>) -> Option<Vec<u32>> {
-        let mut ids = Vec::with_capacity(items.len());
+    fn each<'py>(len: usize, items: impl Iterator<Item = Bound<'py, PyAny>>) -> Option<Vec<u32>> {
+        let mut ids = Vec::with_capacity(len);
         for item in items {
             if !item.is_exact_instance_of::<PyInt>() {
                 return None;
@@ -31,9 +31,13 @@ fn plain_ids(obj: &Bound<'_, PyAny>) -> Option<Vec<u32>> {
         Some(ids)
     }
     if let Ok(list) = obj.cast_exact::<PyList>() {
-        each(list.iter())
+        // By index: the list iterator asks the list's length again at every item (a sixth
+        // of the conversion). No Python code runs in the loop, so the length holds.
+        let len = list.len();
+        let ids = each(len, (0..len).map_while(|i| list.get_item(i).ok()))?;
+        (ids.len() == len).then_some(ids)
     } else if let Ok(tuple) = obj.cast_exact::<PyTuple>() {
-        each(tuple.iter())
+        each(tuple.len(), tuple.iter())
     } else {
         None
     }
