@@ -51,6 +51,9 @@ pub struct ServingScheduler {
     /// The last batch planned, shared with callers (`schedule_shared`); its buffers return
     /// to `batch` at the next `schedule()` if no caller holds it any more.
     pub(super) sealed: Option<Arc<Batch>>,
+    /// The batch before `sealed`, whose buffers the next `schedule()` reuses if no caller
+    /// holds it any more.
+    pub(super) retired: Option<Arc<Batch>>,
     /// The slot of each item's request, parallel to `batch.items`.
     pub(super) item_slots: Vec<usize>,
     pub(super) pending: bool,
@@ -92,6 +95,7 @@ impl ServingScheduler {
             batch: Batch::default(),
             item_slots: Vec::new(),
             sealed: None,
+            retired: None,
             pending: false,
             aborted_pending: HashSet::default(),
             num_preemptions: 0,

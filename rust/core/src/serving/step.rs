@@ -400,17 +400,19 @@ impl ServingScheduler {
         self.item_slots.truncate(kept);
     }
 
-    /// Empty the last batch, keeping its buffers unless a caller still holds it.
+    /// Empty the batch before last into the buffers of the next one, unless a caller still
+    /// holds it. Not the last batch: a loop that rebinds `batch = schedule()` holds the last
+    /// one during this very call, and has let go of the one before.
     fn recycle_batch(&mut self) {
-        if let Some(sealed) = self.sealed.take() {
-            match Arc::try_unwrap(sealed) {
-                Ok(batch) => self.batch = batch,
-                Err(shared) => {
-                    // Still held by the caller: new buffers, sized like the last ones.
-                    self.batch.items.reserve(shared.items.len());
-                    self.batch.sampling_ids.reserve(shared.sampling_ids.len());
-                }
+        let older = std::mem::replace(&mut self.retired, self.sealed.take());
+        match older.map(Arc::try_unwrap) {
+            Some(Ok(batch)) => self.batch = batch,
+            Some(Err(shared)) => {
+                // Still held: new buffers, sized like the last ones.
+                self.batch.items.reserve(shared.items.len());
+                self.batch.sampling_ids.reserve(shared.sampling_ids.len());
             }
+            None => {}
         }
         for mut item in self.batch.items.drain(..) {
             if item.new_blocks.capacity() > 0 {
