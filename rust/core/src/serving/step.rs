@@ -36,6 +36,18 @@ fn cached_prefix(
     }
 }
 
+/// The capacity an admitted `request`'s table is given: the blocks it holds at its longest
+/// (its last sampled token is never written), but at most twice the `all_blocks` it needs
+/// now, as doubling would give it anyway: its decodes then append blocks without
+/// reallocating it, and a huge `max_new_tokens` reserves nothing it may never use.
+fn longest_table(request: &Request, all_blocks: usize, block_size: usize) -> usize {
+    let to_come = request
+        .max_new_tokens
+        .saturating_sub(request.num_generated());
+    let longest = blocks_for(request.num_tokens() + u128::from(to_come) - 1, block_size);
+    longest.min(all_blocks.saturating_mul(2))
+}
+
 impl ServingScheduler {
     /// Plan the next step (see the module docs of the step rule): decodes, started
     /// prefills, then admissions. Every batch, even an empty one, awaits its `update`.
@@ -195,6 +207,9 @@ impl ServingScheduler {
         for &hit in hits.iter() {
             self.pool.take_hit(hit);
         }
+        request
+            .table
+            .reserve(longest_table(request, all_blocks, block_size));
         request.table.extend_from_slice(hits);
         request.num_computed = cached;
         request.num_cached_tokens += cached;

@@ -146,6 +146,17 @@ struct Flight {
     used: u64,
 }
 
+/// What the loop follows of one request (one record, so a sampled token touches one line).
+#[derive(Clone, Copy, Default)]
+struct Track {
+    /// Tokens sampled so far.
+    emitted: u64,
+    /// When the last one was.
+    last: f64,
+    /// Tokens computed, as far as the prompt goes (0 again after a preemption).
+    computed: u64,
+}
+
 /// The loop's state between events.
 struct Loop<'a> {
     workload: &'a Workload,
@@ -157,11 +168,8 @@ struct Loop<'a> {
     /// Arrival order and the next request in it not yet routed.
     order: Vec<usize>,
     next: usize,
-    /// Per request: tokens sampled so far, when the last one was, tokens computed (as far
-    /// as the prompt goes; 0 again after a preemption).
-    emitted: Vec<u64>,
-    last: Vec<f64>,
-    computed: Vec<u64>,
+    /// Per request, in workload order.
+    tracks: Vec<Track>,
     /// Steps planned (the step limit counts them), blocks in use over the fleet.
     started: u64,
     fleet_used: u64,
@@ -225,9 +233,7 @@ pub fn run_fleet(
         out: Outcome::new(n),
         order: workload.arrival_order(),
         next: 0,
-        emitted: vec![0; n],
-        last: vec![0.0; n],
-        computed: vec![0; n],
+        tracks: vec![Track::default(); n],
         started: 0,
         fleet_used: 0,
         done: 0,
@@ -388,35 +394,37 @@ impl Loop<'_> {
         for &id in batch.preempted() {
             let i = id as usize;
             replica.load += outstanding(wl.prompt_tokens[i], 0, 0, 0);
-            replica.load -= outstanding(wl.prompt_tokens[i], 0, self.computed[i], 0);
-            self.computed[i] = 0;
+            replica.load -= outstanding(wl.prompt_tokens[i], 0, self.tracks[i].computed, 0);
+            self.tracks[i].computed = 0;
         }
         for item in batch.items().iter().filter(|item| item.is_prefill) {
             let i = item.request_id as usize;
             let now = u64::try_from(item.start + item.tokens as u128).unwrap_or(u64::MAX);
-            replica.load -= outstanding(wl.prompt_tokens[i], 0, self.computed[i], 0);
+            replica.load -= outstanding(wl.prompt_tokens[i], 0, self.tracks[i].computed, 0);
             replica.load += outstanding(wl.prompt_tokens[i], 0, now, 0);
-            self.computed[i] = now;
+            self.tracks[i].computed = now;
         }
         self.sampled.clear();
         let plan = &wl.tokens;
         let known = !plan.known.is_empty();
         for &id in batch.sampling_ids() {
             let i = id as usize;
+            let track = &mut self.tracks[i];
             if known {
                 let prompt = wl.prompt_tokens[i];
                 self.sampled
-                    .push(plan.token(i, prompt + self.emitted[i], prompt));
+                    .push(plan.token(i, prompt + track.emitted, prompt));
             }
-            if self.emitted[i] == 0 {
+            if track.emitted == 0 {
                 out.first_token[i] = end;
             } else {
-                out.gap(i, end - self.last[i]);
+                out.gap(i, end - track.last);
             }
-            self.last[i] = end;
-            self.emitted[i] += 1;
-            replica.load -= 1;
+            track.last = end;
+            track.emitted += 1;
         }
+        // One outstanding token less per token sampled.
+        replica.load -= batch.sampling_ids().len() as u128;
         let ids = if known {
             TokenIds::Aligned(&self.sampled)
         } else {
