@@ -51,6 +51,8 @@ pub struct ServingScheduler {
     /// The last batch planned, shared with callers (`schedule_shared`); its buffers return
     /// to `batch` at the next `schedule()` if no caller holds it any more.
     pub(super) sealed: Option<Arc<Batch>>,
+    /// An `Arc` no caller holds, for the next batch to be sealed into.
+    pub(super) spare_arc: Option<Arc<Batch>>,
     /// The slot of each item's request, parallel to `batch.items`.
     pub(super) item_slots: Vec<usize>,
     pub(super) pending: bool,
@@ -92,6 +94,7 @@ impl ServingScheduler {
             batch: Batch::default(),
             item_slots: Vec::new(),
             sealed: None,
+            spare_arc: None,
             pending: false,
             aborted_pending: HashSet::default(),
             num_preemptions: 0,

@@ -88,7 +88,9 @@ impl ServingScheduler {
         }
         self.seal_batch();
         self.pending = true;
-        let sealed = Arc::new(std::mem::take(&mut self.batch));
+        // Into the `Arc` of an earlier batch when no caller holds it: no allocation per step.
+        let mut sealed = self.spare_arc.take().unwrap_or_default();
+        std::mem::swap(Arc::make_mut(&mut sealed), &mut self.batch);
         self.sealed = Some(Arc::clone(&sealed));
         Ok(sealed)
     }
@@ -108,20 +110,21 @@ impl ServingScheduler {
             let Some(request) = self.requests.at(slot) else {
                 break;
             };
-            let left = request.left();
-            prefills |= left > 1;
-            if left == 1 {
-                let needs = request.num_computed == tokens_in(request.table.len(), block_size);
-                if !needs {
-                    self.plan_decode(slot); // the usual case: its last block has room
-                } else if self.make_room(slot, 1, room) {
-                    self.plan_item(slot, 1, false, 1, &[]);
-                } else {
-                    break; // it was the worst-ranked: nothing follows it
-                }
-                room.budget = room.budget.saturating_sub(1);
-            }
             at += 1;
+            // A running request has tokens left: one for a decode, more for a prefill.
+            if request.num_computed + 1 != request.num_tokens() {
+                prefills = true;
+                continue;
+            }
+            let needs = request.num_computed == tokens_in(request.table.len(), block_size);
+            if !needs {
+                self.plan_decode(slot); // the usual case: its last block has room
+            } else if self.make_room(slot, 1, room) {
+                self.plan_item(slot, 1, false, 1, &[]);
+            } else {
+                break; // it was the worst-ranked: nothing follows it
+            }
+            room.budget = room.budget.saturating_sub(1);
         }
         prefills
     }
@@ -377,10 +380,13 @@ impl ServingScheduler {
 
     /// Empty the last batch, keeping its buffers unless a caller still holds it.
     fn recycle_batch(&mut self) {
-        if let Some(sealed) = self.sealed.take() {
-            match Arc::try_unwrap(sealed) {
-                Ok(batch) => self.batch = batch,
-                Err(shared) => self.batch.items.reserve(shared.items.len()),
+        if let Some(mut sealed) = self.sealed.take() {
+            match Arc::get_mut(&mut sealed) {
+                Some(batch) => {
+                    std::mem::swap(batch, &mut self.batch);
+                    self.spare_arc = Some(sealed); // holding the empty batch swapped in
+                }
+                None => self.batch.items.reserve(sealed.items.len()),
             }
         }
         for mut item in self.batch.items.drain(..) {

@@ -155,6 +155,48 @@ struct Track {
     last: f64,
     /// Tokens computed, as far as the prompt goes (0 again after a preemption).
     computed: u64,
+    /// Its longest gap between two tokens so far (the outcome's, once it finishes).
+    max_gap: f64,
+}
+
+/// The run of equal token gaps being counted: appended to the outcome's run-length coded
+/// gaps (as [`Outcome::gap`] would) when another gap ends it or the run ends, so the
+/// usual token adds to one count rather than to the last entry of two vectors.
+#[derive(Clone, Copy)]
+struct GapRun {
+    value: f64,
+    weight: u64,
+}
+
+impl GapRun {
+    /// Count `gap`, appending the run it ends to `out`.
+    fn add(&mut self, gap: f64, out: &mut Outcome) {
+        if self.weight > 0 && self.value == gap {
+            self.weight += 1;
+        } else {
+            self.flush(out);
+            *self = Self {
+                value: gap,
+                weight: 1,
+            };
+        }
+    }
+
+    /// Append the run so far to `out` (the outcome merges it with an equal last run, as
+    /// one gap after another would).
+    fn flush(&mut self, out: &mut Outcome) {
+        if self.weight == 0 {
+            return;
+        }
+        match (out.gap_values.last(), out.gap_weights.last_mut()) {
+            (Some(&last), Some(weight)) if last == self.value => *weight += self.weight,
+            _ => {
+                out.gap_values.push(self.value);
+                out.gap_weights.push(self.weight);
+            }
+        }
+        self.weight = 0;
+    }
 }
 
 /// The loop's state between events.
@@ -170,6 +212,7 @@ struct Loop<'a> {
     next: usize,
     /// Per request, in workload order.
     tracks: Vec<Track>,
+    gaps: GapRun,
     /// Steps planned (the step limit counts them), blocks in use over the fleet.
     started: u64,
     fleet_used: u64,
@@ -234,6 +277,10 @@ pub fn run_fleet(
         order: workload.arrival_order(),
         next: 0,
         tracks: vec![Track::default(); n],
+        gaps: GapRun {
+            value: 0.0,
+            weight: 0,
+        },
         started: 0,
         fleet_used: 0,
         done: 0,
@@ -262,6 +309,7 @@ pub fn run_fleet(
             }
         }
     }
+    sim.gaps.flush(&mut sim.out);
     Ok(sim.out)
 }
 
@@ -418,7 +466,11 @@ impl Loop<'_> {
             if track.emitted == 0 {
                 out.first_token[i] = end;
             } else {
-                out.gap(i, end - track.last);
+                let gap = end - track.last;
+                self.gaps.add(gap, out);
+                if gap > track.max_gap {
+                    track.max_gap = gap;
+                }
             }
             track.last = end;
             track.emitted += 1;
@@ -433,6 +485,7 @@ impl Loop<'_> {
         if let Ok(finished) = replica.sched.update_step(flight.step_index, ids, &[]) {
             for &id in finished {
                 self.out.finish[id as usize] = end;
+                self.out.max_gap[id as usize] = self.tracks[id as usize].max_gap;
                 self.done += 1;
             }
         }
