@@ -339,15 +339,7 @@ impl ServingScheduler {
         };
         request.item = Some(self.batch.items.len());
         self.item_slots.push(slot);
-        self.batch.push(BatchItem {
-            request_id: request.id,
-            start: request.num_computed,
-            tokens: 1,
-            is_prefill: false,
-            samples: true,
-            new_blocks: Vec::new(),
-            cached_tokens: 0,
-        });
+        self.batch.push_decode(request.id, request.num_computed);
     }
 
     /// Drop the items of preempted requests (and their slots) and fill in the batch's totals.

@@ -134,6 +134,10 @@ struct Replica {
     load: u128,
     /// Blocks in use as of its latest step (for the fleet's KV series).
     held: u64,
+    /// The prefill chunks of its step in flight: the request and its prompt tokens
+    /// computed once the step ends (noted while the step is planned, so completing it
+    /// needs no second pass over its items, mostly decodes).
+    chunks: Vec<(usize, u64)>,
 }
 
 /// A planned step, until it ends.
@@ -261,6 +265,7 @@ pub fn run_fleet(
         flight: None,
         load: 0,
         held: 0,
+        chunks: Vec::new(),
     };
     let mut sim = Loop {
         workload,
@@ -270,6 +275,7 @@ pub fn run_fleet(
         replicas: (0..fleet.replicas)
             .map(|_| Replica {
                 sched: replica.sched.clone(),
+                chunks: Vec::new(),
                 ..replica
             })
             .collect(),
@@ -389,9 +395,12 @@ impl Loop<'_> {
         for &id in batch.preempted() {
             out.preemptions[id as usize] += 1;
         }
+        replica.chunks.clear();
         for item in batch.items() {
             let i = item.request_id as usize;
             if item.is_prefill {
+                let now = u64::try_from(item.start + item.tokens as u128).unwrap_or(u64::MAX);
+                replica.chunks.push((i, now));
                 // A request's first item is its admission's, a prefill.
                 if out.admitted[i].is_nan() {
                     out.admitted[i] = start;
@@ -445,9 +454,7 @@ impl Loop<'_> {
             replica.load -= outstanding(wl.prompt_tokens[i], 0, self.tracks[i].computed, 0);
             self.tracks[i].computed = 0;
         }
-        for item in batch.items().iter().filter(|item| item.is_prefill) {
-            let i = item.request_id as usize;
-            let now = u64::try_from(item.start + item.tokens as u128).unwrap_or(u64::MAX);
+        for &(i, now) in &replica.chunks {
             replica.load -= outstanding(wl.prompt_tokens[i], 0, self.tracks[i].computed, 0);
             replica.load += outstanding(wl.prompt_tokens[i], 0, now, 0);
             self.tracks[i].computed = now;
