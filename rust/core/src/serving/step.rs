@@ -313,9 +313,10 @@ impl ServingScheduler {
             if let Some(block) = self.pool.allocate() {
                 request.table.push(block);
                 new_blocks.push(block);
-                self.deficit = self.deficit.saturating_sub(1);
             }
         }
+        // Each block it got is one it no longer lacks.
+        self.deficit = self.deficit.saturating_sub(new_blocks.len() - hits.len());
         let start = request.num_computed;
         request.item = Some(self.batch.items.len());
         self.item_slots.push(slot);

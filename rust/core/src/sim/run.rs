@@ -322,9 +322,14 @@ pub fn run_fleet(
 impl Loop<'_> {
     /// The earliest of the next arrival and the end of each step in flight.
     fn next_event(&self) -> Option<f64> {
-        let arrival = (self.order.get(self.next)).map(|&i| self.workload.arrival_s[i]);
-        let ends = self.replicas.iter().filter_map(|r| r.flight.map(|f| f.end));
-        arrival.into_iter().chain(ends).min_by(f64::total_cmp)
+        let mut next = (self.order.get(self.next)).map(|&i| self.workload.arrival_s[i]);
+        for flight in self.replicas.iter().filter_map(|r| r.flight) {
+            // The first of equal times stays, as `min_by` keeps it.
+            if next.is_none_or(|t| flight.end.total_cmp(&t).is_lt()) {
+                next = Some(flight.end);
+            }
+        }
+        next
     }
 
     /// Route every request that has arrived by now, in arrival order.
