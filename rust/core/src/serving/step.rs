@@ -56,7 +56,7 @@ impl ServingScheduler {
     ///
     /// [`CoreError::BatchPending`] while the previous batch awaits `update`.
     pub fn schedule(&mut self) -> Result<&Batch, CoreError> {
-        self.schedule_shared()?;
+        self.plan_step()?;
         self.pending_batch()
             .ok_or(CoreError::BatchNotPending { got: 0 })
     }
@@ -68,6 +68,13 @@ impl ServingScheduler {
     ///
     /// As [`schedule`](Self::schedule).
     pub fn schedule_shared(&mut self) -> Result<Arc<Batch>, CoreError> {
+        self.plan_step()?;
+        (self.sealed.clone()).ok_or(CoreError::BatchNotPending { got: 0 })
+    }
+
+    /// Plan and seal the next batch, which only `self` holds then (no count to change when
+    /// `schedule` borrows it).
+    fn plan_step(&mut self) -> Result<(), CoreError> {
         if self.pending {
             return Err(CoreError::BatchPending {
                 step_index: self.sealed_step(),
@@ -91,8 +98,8 @@ impl ServingScheduler {
         // Into the `Arc` of an earlier batch when no caller holds it: no allocation per step.
         let mut sealed = self.spare_arc.take().unwrap_or_default();
         std::mem::swap(Arc::make_mut(&mut sealed), &mut self.batch);
-        self.sealed = Some(Arc::clone(&sealed));
-        Ok(sealed)
+        self.sealed = Some(sealed);
+        Ok(())
     }
 
     /// Pass 1: each decode, in rank order, gets 1 token (and a block when its last one is

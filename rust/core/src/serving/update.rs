@@ -90,7 +90,8 @@ impl ServingScheduler {
             self.finished_set.clear();
             return Err(err);
         }
-        let Some(batch) = self.sealed.as_ref().map(Arc::clone) else {
+        // Taken out while its items are applied (no count to change), put back after.
+        let Some(batch) = self.sealed.take() else {
             return Ok(&[]);
         };
         let slots = std::mem::take(&mut self.item_slots);
@@ -126,6 +127,7 @@ impl ServingScheduler {
             }
             self.finish_item(item.request_id, reached);
         }
+        self.sealed = Some(batch);
         for &id in finished {
             if self.forget(id).is_ok() {
                 self.finished_out.push(id);
