@@ -36,16 +36,16 @@ fn cached_prefix(
     }
 }
 
-/// The capacity an admitted `request`'s table is given: the blocks it holds at its longest
-/// (its last sampled token is never written), but at most twice the `all_blocks` it needs
-/// now, as doubling would give it anyway: its decodes then append blocks without
-/// reallocating it, and a huge `max_new_tokens` reserves nothing it may never use.
-fn longest_table(request: &Request, all_blocks: usize, block_size: usize) -> usize {
-    let to_come = request
-        .max_new_tokens
-        .saturating_sub(request.num_generated());
+/// The room an admitted `request`'s table is given once it holds `held` blocks with its first
+/// chunk: up to its longest size (its last sampled token is never written), but no more than
+/// twice `held`, as doubling would give it: its decodes then append blocks without
+/// reallocating it, and no reservation outgrows the blocks it really holds (a huge prompt in
+/// a huge pool is planned a chunk at a time).
+fn table_room(request: &Request, held: usize, block_size: usize) -> usize {
+    let to_come = (request.max_new_tokens).saturating_sub(request.num_generated());
     let longest = blocks_for(request.num_tokens() + u128::from(to_come) - 1, block_size);
-    longest.min(all_blocks.saturating_mul(2))
+    let len = request.table.len();
+    longest.min(held.saturating_mul(2)).saturating_sub(len)
 }
 
 impl ServingScheduler {
@@ -217,9 +217,6 @@ impl ServingScheduler {
         for &hit in hits.iter() {
             self.pool.take_hit(hit);
         }
-        request
-            .table
-            .reserve(longest_table(request, all_blocks, block_size));
         request.table.extend_from_slice(hits);
         request.num_computed = cached;
         request.num_cached_tokens += cached;
@@ -232,7 +229,9 @@ impl ServingScheduler {
 
         let tokens = chunk(request.left(), self.config.chunk_size, room.budget);
         let end = request.num_computed + tokens as u128;
-        let needed = blocks_for(end, block_size) - request.table.len();
+        let held = blocks_for(end, block_size);
+        let needed = held - request.table.len();
+        request.table.reserve(table_room(request, held, block_size));
         self.plan_item(slot, tokens, true, needed, hits);
         room.budget -= tokens;
         room.prefills += 1;
