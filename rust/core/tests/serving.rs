@@ -834,3 +834,14 @@ mod state {
         ));
     }
 }
+
+#[test]
+fn a_huge_prompt_in_a_huge_pool_is_planned_a_chunk_at_a_time() {
+    // 2**38 blocks of prompt fit a pool of 2**50: its table grows with its chunks, never
+    // reserved for the whole prompt up front (terabytes).
+    let mut s = sched(config(1 << 50));
+    add(&mut s, 1, Prompt::Length(1 << 40), 1 << 20);
+    step(&mut s, &[(1, 0, 8, vec![0, 1])]);
+    step(&mut s, &[(1, 8, 8, vec![2, 3])]);
+    assert_eq!(s.block_table(1).unwrap(), [0, 1, 2, 3]);
+}

@@ -80,6 +80,24 @@ impl Batch {
         self.items.push(item);
     }
 
+    /// [`push`](Self::push) for a decode that takes no block (most items of a step): one
+    /// token, sampled.
+    #[inline]
+    pub(crate) fn push_decode(&mut self, request_id: u64, start: u128) {
+        self.sampling_ids.push(request_id);
+        // Counts items, which a vector's length bounds: no saturation needed.
+        self.num_decode_tokens += 1;
+        self.items.push(BatchItem {
+            request_id,
+            start,
+            tokens: 1,
+            is_prefill: false,
+            samples: true,
+            new_blocks: Vec::new(),
+            cached_tokens: 0,
+        });
+    }
+
     /// Empty the items and the fields that follow from them, keeping their buffers.
     pub(crate) fn clear(&mut self) {
         self.items.clear();

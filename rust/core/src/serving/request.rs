@@ -182,6 +182,7 @@ impl Request {
     }
 
     /// Append a sampled token (`None`: not given).
+    #[inline]
     pub(crate) fn push_token(&mut self, token: Option<u32>) {
         if token.is_some() {
             if self.known_generated == self.num_generated {

@@ -54,6 +54,8 @@ pub struct ServingScheduler {
     /// The batch before `sealed`, whose buffers the next `schedule()` reuses if no caller
     /// holds it any more.
     pub(super) retired: Option<Arc<Batch>>,
+    /// An `Arc` no caller holds, for the next batch to be sealed into.
+    pub(super) spare_arc: Option<Arc<Batch>>,
     /// The slot of each item's request, parallel to `batch.items`.
     pub(super) item_slots: Vec<usize>,
     pub(super) pending: bool,
@@ -96,6 +98,7 @@ impl ServingScheduler {
             item_slots: Vec::new(),
             sealed: None,
             retired: None,
+            spare_arc: None,
             pending: false,
             aborted_pending: HashSet::default(),
             num_preemptions: 0,

@@ -73,6 +73,18 @@ fn find_by_hash(
     Some(hit)
 }
 
+/// The room an admitted `request`'s table is given once it holds `held` blocks with its first
+/// chunk: up to its longest size (its last sampled token is never written), but no more than
+/// twice `held`, as doubling would give it: its decodes then append blocks without
+/// reallocating it, and no reservation outgrows the blocks it really holds (a huge prompt in
+/// a huge pool is planned a chunk at a time).
+fn table_room(request: &Request, held: usize, block_size: usize) -> usize {
+    let to_come = (request.max_new_tokens).saturating_sub(request.num_generated());
+    let longest = blocks_for(request.num_tokens() + u128::from(to_come) - 1, block_size);
+    let len = request.table.len();
+    longest.min(held.saturating_mul(2)).saturating_sub(len)
+}
+
 impl ServingScheduler {
     /// Plan the next step (see the module docs of the step rule): decodes, started
     /// prefills, then admissions. Every batch, even an empty one, awaits its `update`.
@@ -81,7 +93,7 @@ impl ServingScheduler {
     ///
     /// [`CoreError::BatchPending`] while the previous batch awaits `update`.
     pub fn schedule(&mut self) -> Result<&Batch, CoreError> {
-        self.schedule_shared()?;
+        self.plan_step()?;
         self.pending_batch()
             .ok_or(CoreError::BatchNotPending { got: 0 })
     }
@@ -93,6 +105,13 @@ impl ServingScheduler {
     ///
     /// As [`schedule`](Self::schedule).
     pub fn schedule_shared(&mut self) -> Result<Arc<Batch>, CoreError> {
+        self.plan_step()?;
+        (self.sealed.clone()).ok_or(CoreError::BatchNotPending { got: 0 })
+    }
+
+    /// Plan and seal the next batch, which only `self` holds then (no count to change when
+    /// `schedule` borrows it).
+    fn plan_step(&mut self) -> Result<(), CoreError> {
         if self.pending {
             return Err(CoreError::BatchPending {
                 step_index: self.sealed_step(),
@@ -113,9 +132,11 @@ impl ServingScheduler {
         }
         self.seal_batch();
         self.pending = true;
-        let sealed = Arc::new(std::mem::take(&mut self.batch));
-        self.sealed = Some(Arc::clone(&sealed));
-        Ok(sealed)
+        // Into the `Arc` of an earlier batch when no caller holds it: no allocation per step.
+        let mut sealed = self.spare_arc.take().unwrap_or_default();
+        std::mem::swap(Arc::make_mut(&mut sealed), &mut self.batch);
+        self.sealed = Some(sealed);
+        Ok(())
     }
 
     /// Pass 1: each decode, in rank order, gets 1 token (and a block when its last one is
@@ -133,20 +154,21 @@ impl ServingScheduler {
             let Some(request) = self.requests.at(slot) else {
                 break;
             };
-            let left = request.left();
-            prefills |= left > 1;
-            if left == 1 {
-                let needs = request.num_computed == tokens_in(request.table.len(), block_size);
-                if !needs {
-                    self.plan_decode(slot); // the usual case: its last block has room
-                } else if self.make_room(slot, 1, room) {
-                    self.plan_item(slot, 1, false, 1, &[]);
-                } else {
-                    break; // it was the worst-ranked: nothing follows it
-                }
-                room.budget = room.budget.saturating_sub(1);
-            }
             at += 1;
+            // A running request has tokens left: one for a decode, more for a prefill.
+            if request.num_computed + 1 != request.num_tokens() {
+                prefills = true;
+                continue;
+            }
+            let needs = request.num_computed == tokens_in(request.table.len(), block_size);
+            if !needs {
+                self.plan_decode(slot); // the usual case: its last block has room
+            } else if self.make_room(slot, 1, room) {
+                self.plan_item(slot, 1, false, 1, &[]);
+            } else {
+                break; // it was the worst-ranked: nothing follows it
+            }
+            room.budget = room.budget.saturating_sub(1);
         }
         prefills
     }
@@ -232,7 +254,6 @@ impl ServingScheduler {
         for &hit in hits.iter() {
             self.pool.take_hit(hit);
         }
-        request.table.reserve(all_blocks); // the whole sequence at once, not by doubling
         request.table.extend_from_slice(hits);
         request.num_computed = cached;
         request.num_cached_tokens += cached;
@@ -245,7 +266,9 @@ impl ServingScheduler {
 
         let tokens = chunk(request.left(), self.config.chunk_size, room.budget);
         let end = request.num_computed + tokens as u128;
-        let needed = blocks_for(end, block_size) - request.table.len();
+        let held = blocks_for(end, block_size);
+        let needed = held - request.table.len();
+        request.table.reserve(table_room(request, held, block_size));
         self.plan_item(slot, tokens, true, needed, hits);
         room.budget -= tokens;
         room.prefills += 1;
@@ -335,9 +358,10 @@ impl ServingScheduler {
             if let Some(block) = self.pool.allocate() {
                 request.table.push(block);
                 new_blocks.push(block);
-                self.deficit = self.deficit.saturating_sub(1);
             }
         }
+        // Each block it got is one it no longer lacks.
+        self.deficit = self.deficit.saturating_sub(new_blocks.len() - hits.len());
         let start = request.num_computed;
         request.item = Some(self.batch.items.len());
         self.item_slots.push(slot);
@@ -361,15 +385,7 @@ impl ServingScheduler {
         };
         request.item = Some(self.batch.items.len());
         self.item_slots.push(slot);
-        self.batch.push(BatchItem {
-            request_id: request.id,
-            start: request.num_computed,
-            tokens: 1,
-            is_prefill: false,
-            samples: true,
-            new_blocks: Vec::new(),
-            cached_tokens: 0,
-        });
+        self.batch.push_decode(request.id, request.num_computed);
     }
 
     /// Drop the items of preempted requests (and their slots) and fill in the batch's totals.
@@ -405,14 +421,18 @@ impl ServingScheduler {
     /// one during this very call, and has let go of the one before.
     fn recycle_batch(&mut self) {
         let older = std::mem::replace(&mut self.retired, self.sealed.take());
-        match older.map(Arc::try_unwrap) {
-            Some(Ok(batch)) => self.batch = batch,
-            Some(Err(shared)) => {
-                // Still held: new buffers, sized like the last ones.
-                self.batch.items.reserve(shared.items.len());
-                self.batch.sampling_ids.reserve(shared.sampling_ids.len());
+        if let Some(mut older) = older {
+            match Arc::get_mut(&mut older) {
+                Some(batch) => {
+                    std::mem::swap(batch, &mut self.batch);
+                    self.spare_arc = Some(older); // holding the empty batch swapped in
+                }
+                None => {
+                    // Still held: new buffers, sized like the last ones.
+                    self.batch.items.reserve(older.items.len());
+                    self.batch.sampling_ids.reserve(older.sampling_ids.len());
+                }
             }
-            None => {}
         }
         for mut item in self.batch.items.drain(..) {
             if item.new_blocks.capacity() > 0 {

@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use hashlink::DefaultHashBuilder;
 
 use super::batch::{Batch, BatchItem};
-use super::counts::{full_blocks, shortfall, tokens_in};
+use super::counts::{ends_block, full_blocks, shortfall};
+use super::request::Request;
 use super::scheduler::ServingScheduler;
 use crate::CoreError;
 
@@ -91,7 +92,8 @@ impl ServingScheduler {
             self.finished_set.clear();
             return Err(err);
         }
-        let Some(batch) = self.sealed.as_ref().map(Arc::clone) else {
+        // Taken out while its items are applied (no count to change), put back after.
+        let Some(batch) = self.sealed.take() else {
             return Ok(&[]);
         };
         let slots = std::mem::take(&mut self.item_slots);
@@ -107,21 +109,27 @@ impl ServingScheduler {
             } else {
                 None
             };
-            if self.requests.live_mut(slot, item.request_id).is_none() {
+            let block_size = self.config.block_size;
+            let Some(request) = self.requests.live_mut(slot, item.request_id) else {
                 continue; // aborted since
-            }
+            };
             // A decode fills a block only when its token ends one.
             let filled = if item.is_prefill {
-                self.advance(item, slot, token);
+                self.deficit += advance(request, item, token, block_size);
                 true
             } else {
-                self.advance_decode(slot, token)
+                let filled = advance_decode(request, token, block_size);
+                self.deficit += usize::from(filled);
+                filled
             };
+            // Known before hashing, which does not change it: one look-up of the request.
+            let reached = request.num_generated() >= request.max_new_tokens;
             if filled && self.config.prefix_caching {
                 self.hash_blocks(item, slot);
             }
-            self.finish_item(item, slot);
+            self.finish_item(item.request_id, reached);
         }
+        self.sealed = Some(batch);
         for &id in finished {
             if self.forget(id).is_ok() {
                 self.finished_out.push(id);
@@ -193,39 +201,6 @@ impl ServingScheduler {
         }
     }
 
-    /// Computed tokens and the sampled token of the (live) request of `item`, in `slot`.
-    fn advance(&mut self, item: &BatchItem, slot: usize, token: Option<u32>) {
-        let Some(request) = self.requests.at_mut(slot) else {
-            return;
-        };
-        request.num_computed += item.tokens as u128;
-        request.item = None;
-        if item.samples {
-            let before = shortfall(request, self.config.block_size);
-            request.push_token(token);
-            self.deficit += shortfall(request, self.config.block_size).saturating_sub(before);
-        }
-    }
-
-    /// [`advance`](Self::advance) for a decode (one token, which it samples), without its
-    /// block divisions. Returns whether its token filled its last block: then sampling adds
-    /// a block to what it still needs (its table covered its `num_tokens`), and the block can
-    /// be hashed.
-    #[inline]
-    fn advance_decode(&mut self, slot: usize, token: Option<u32>) -> bool {
-        let block_size = self.config.block_size;
-        let Some(request) = self.requests.at_mut(slot) else {
-            return false;
-        };
-        request.num_computed += 1;
-        request.item = None;
-        let blocks = full_blocks(request.num_computed, block_size);
-        let filled = tokens_in(blocks, block_size) == request.num_computed;
-        self.deficit += usize::from(filled);
-        request.push_token(token);
-        filled
-    }
-
     /// Register the hashes of the blocks `item` filled, while its request's chain of known
     /// tokens lasts.
     fn hash_blocks(&mut self, item: &BatchItem, slot: usize) {
@@ -246,17 +221,42 @@ impl ServingScheduler {
         }
     }
 
-    /// Free and forget the request of `item` if it finished (in the order `update` returns
-    /// them).
-    fn finish_item(&mut self, item: &BatchItem, slot: usize) {
-        let id = item.request_id;
-        let Some(request) = self.requests.at(slot) else {
-            return;
-        };
+    /// Free and forget request `id` if it `reached` its `max_new_tokens` or was named
+    /// finished (in the order `update` returns them).
+    fn finish_item(&mut self, id: u64, reached: bool) {
         let named = !self.finished_set.is_empty() && self.finished_set.contains(&id);
-        if request.num_generated() >= request.max_new_tokens || named {
+        if reached || named {
             self.finished_out.push(id);
             let _ = self.forget(id);
         }
     }
+}
+
+/// Computed tokens and the sampled token of the (live) `request` of `item`; returns the
+/// blocks this adds to what it still needs.
+fn advance(
+    request: &mut Request,
+    item: &BatchItem,
+    token: Option<u32>,
+    block_size: usize,
+) -> usize {
+    request.num_computed += item.tokens as u128;
+    request.item = None;
+    if !item.samples {
+        return 0;
+    }
+    let before = shortfall(request, block_size);
+    request.push_token(token);
+    shortfall(request, block_size).saturating_sub(before)
+}
+
+/// [`advance`] for a decode (one token, which it samples), without its block divisions.
+/// Returns whether its token filled its last block: then sampling adds a block to what it
+/// still needs (its table covered its `num_tokens`), and the block can be hashed.
+#[inline]
+fn advance_decode(request: &mut Request, token: Option<u32>, block_size: usize) -> bool {
+    request.num_computed += 1;
+    request.item = None;
+    request.push_token(token);
+    ends_block(request.num_computed, block_size)
 }

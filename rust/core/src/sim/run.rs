@@ -134,6 +134,10 @@ struct Replica {
     load: u128,
     /// Blocks in use as of its latest step (for the fleet's KV series).
     held: u64,
+    /// The prefill chunks of its step in flight: the request and its prompt tokens
+    /// computed once the step ends (noted while the step is planned, so completing it
+    /// needs no second pass over its items, mostly decodes).
+    chunks: Vec<(usize, u64)>,
 }
 
 /// A planned step, until it ends.
@@ -144,6 +148,59 @@ struct Flight {
     duration: f64,
     /// Blocks in use in it.
     used: u64,
+}
+
+/// What the loop follows of one request (one record, so a sampled token touches one line).
+#[derive(Clone, Copy, Default)]
+struct Track {
+    /// Tokens sampled so far.
+    emitted: u64,
+    /// When the last one was.
+    last: f64,
+    /// Tokens computed, as far as the prompt goes (0 again after a preemption).
+    computed: u64,
+    /// Its longest gap between two tokens so far (the outcome's, once it finishes).
+    max_gap: f64,
+}
+
+/// The run of equal token gaps being counted: appended to the outcome's run-length coded
+/// gaps (as [`Outcome::gap`] would) when another gap ends it or the run ends, so the
+/// usual token adds to one count rather than to the last entry of two vectors.
+#[derive(Clone, Copy)]
+struct GapRun {
+    value: f64,
+    weight: u64,
+}
+
+impl GapRun {
+    /// Count `gap`, appending the run it ends to `out`.
+    fn add(&mut self, gap: f64, out: &mut Outcome) {
+        if self.weight > 0 && self.value == gap {
+            self.weight += 1;
+        } else {
+            self.flush(out);
+            *self = Self {
+                value: gap,
+                weight: 1,
+            };
+        }
+    }
+
+    /// Append the run so far to `out` (the outcome merges it with an equal last run, as
+    /// one gap after another would).
+    fn flush(&mut self, out: &mut Outcome) {
+        if self.weight == 0 {
+            return;
+        }
+        match (out.gap_values.last(), out.gap_weights.last_mut()) {
+            (Some(&last), Some(weight)) if last == self.value => *weight += self.weight,
+            _ => {
+                out.gap_values.push(self.value);
+                out.gap_weights.push(self.weight);
+            }
+        }
+        self.weight = 0;
+    }
 }
 
 /// The loop's state between events.
@@ -157,11 +214,9 @@ struct Loop<'a> {
     /// Arrival order and the next request in it not yet routed.
     order: Vec<usize>,
     next: usize,
-    /// Per request: tokens sampled so far, when the last one was, tokens computed (as far
-    /// as the prompt goes; 0 again after a preemption).
-    emitted: Vec<u64>,
-    last: Vec<f64>,
-    computed: Vec<u64>,
+    /// Per request, in workload order.
+    tracks: Vec<Track>,
+    gaps: GapRun,
     /// Steps planned (the step limit counts them), blocks in use over the fleet.
     started: u64,
     fleet_used: u64,
@@ -210,6 +265,7 @@ pub fn run_fleet(
         flight: None,
         load: 0,
         held: 0,
+        chunks: Vec::new(),
     };
     let mut sim = Loop {
         workload,
@@ -219,15 +275,18 @@ pub fn run_fleet(
         replicas: (0..fleet.replicas)
             .map(|_| Replica {
                 sched: replica.sched.clone(),
+                chunks: Vec::new(),
                 ..replica
             })
             .collect(),
         out: Outcome::new(n),
         order: workload.arrival_order(),
         next: 0,
-        emitted: vec![0; n],
-        last: vec![0.0; n],
-        computed: vec![0; n],
+        tracks: vec![Track::default(); n],
+        gaps: GapRun {
+            value: 0.0,
+            weight: 0,
+        },
         started: 0,
         fleet_used: 0,
         done: 0,
@@ -256,15 +315,21 @@ pub fn run_fleet(
             }
         }
     }
+    sim.gaps.flush(&mut sim.out);
     Ok(sim.out)
 }
 
 impl Loop<'_> {
     /// The earliest of the next arrival and the end of each step in flight.
     fn next_event(&self) -> Option<f64> {
-        let arrival = (self.order.get(self.next)).map(|&i| self.workload.arrival_s[i]);
-        let ends = self.replicas.iter().filter_map(|r| r.flight.map(|f| f.end));
-        arrival.into_iter().chain(ends).min_by(f64::total_cmp)
+        let mut next = (self.order.get(self.next)).map(|&i| self.workload.arrival_s[i]);
+        for flight in self.replicas.iter().filter_map(|r| r.flight) {
+            // The first of equal times stays, as `min_by` keeps it.
+            if next.is_none_or(|t| flight.end.total_cmp(&t).is_lt()) {
+                next = Some(flight.end);
+            }
+        }
+        next
     }
 
     /// Route every request that has arrived by now, in arrival order.
@@ -335,9 +400,12 @@ impl Loop<'_> {
         for &id in batch.preempted() {
             out.preemptions[id as usize] += 1;
         }
+        replica.chunks.clear();
         for item in batch.items() {
             let i = item.request_id as usize;
             if item.is_prefill {
+                let now = u64::try_from(item.start + item.tokens as u128).unwrap_or(u64::MAX);
+                replica.chunks.push((i, now));
                 // A request's first item is its admission's, a prefill.
                 if out.admitted[i].is_nan() {
                     out.admitted[i] = start;
@@ -388,35 +456,39 @@ impl Loop<'_> {
         for &id in batch.preempted() {
             let i = id as usize;
             replica.load += outstanding(wl.prompt_tokens[i], 0, 0, 0);
-            replica.load -= outstanding(wl.prompt_tokens[i], 0, self.computed[i], 0);
-            self.computed[i] = 0;
+            replica.load -= outstanding(wl.prompt_tokens[i], 0, self.tracks[i].computed, 0);
+            self.tracks[i].computed = 0;
         }
-        for item in batch.items().iter().filter(|item| item.is_prefill) {
-            let i = item.request_id as usize;
-            let now = u64::try_from(item.start + item.tokens as u128).unwrap_or(u64::MAX);
-            replica.load -= outstanding(wl.prompt_tokens[i], 0, self.computed[i], 0);
+        for &(i, now) in &replica.chunks {
+            replica.load -= outstanding(wl.prompt_tokens[i], 0, self.tracks[i].computed, 0);
             replica.load += outstanding(wl.prompt_tokens[i], 0, now, 0);
-            self.computed[i] = now;
+            self.tracks[i].computed = now;
         }
         self.sampled.clear();
         let plan = &wl.tokens;
         let known = !plan.known.is_empty();
         for &id in batch.sampling_ids() {
             let i = id as usize;
+            let track = &mut self.tracks[i];
             if known {
                 let prompt = wl.prompt_tokens[i];
                 self.sampled
-                    .push(plan.token(i, prompt + self.emitted[i], prompt));
+                    .push(plan.token(i, prompt + track.emitted, prompt));
             }
-            if self.emitted[i] == 0 {
+            if track.emitted == 0 {
                 out.first_token[i] = end;
             } else {
-                out.gap(i, end - self.last[i]);
+                let gap = end - track.last;
+                self.gaps.add(gap, out);
+                if gap > track.max_gap {
+                    track.max_gap = gap;
+                }
             }
-            self.last[i] = end;
-            self.emitted[i] += 1;
-            replica.load -= 1;
+            track.last = end;
+            track.emitted += 1;
         }
+        // One outstanding token less per token sampled.
+        replica.load -= batch.sampling_ids().len() as u128;
         let ids = if known {
             TokenIds::Aligned(&self.sampled)
         } else {
@@ -425,6 +497,7 @@ impl Loop<'_> {
         if let Ok(finished) = replica.sched.update_step(flight.step_index, ids, &[]) {
             for &id in finished {
                 self.out.finish[id as usize] = end;
+                self.out.max_gap[id as usize] = self.tracks[id as usize].max_gap;
                 self.done += 1;
             }
         }
