@@ -247,6 +247,18 @@ fn a_full_prefix_hit_leaves_the_last_token_to_compute() {
     assert_eq!(batch.items()[0].cached_tokens, 8);
 }
 
+/// The admission's lookup hashes block 0 (a miss) before it is computed; computing it must
+/// still register it, though its hash is already known.
+#[test]
+fn a_block_hashed_by_the_admission_lookup_is_registered_when_computed() {
+    let mut s = sched(config(16));
+    add(&mut s, 1, toks(0, 6), 3);
+    step_with(&mut s, &[(1, 0, 6, vec![0, 1])], &[7]);
+    add(&mut s, 2, Prompt::Tokens((0..4).chain([99]).collect()), 1);
+    let batch = plan(&mut s, &[(1, 6, 1, vec![]), (2, 4, 1, vec![0, 2])]);
+    assert_eq!(batch.items()[1].cached_tokens, 4);
+}
+
 #[test]
 fn a_partial_prefix_hit_stops_at_the_first_missing_block() {
     let mut s = sched(config(16));

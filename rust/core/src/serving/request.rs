@@ -184,21 +184,32 @@ impl Request {
     /// Append a sampled token (`None`: not given).
     #[inline]
     pub(crate) fn push_token(&mut self, token: Option<u32>) {
-        if token.is_some() {
-            if self.known_generated == self.num_generated {
-                self.known_generated += 1;
-            }
-            if self.generated.capacity() == 0 {
-                // Room for a typical answer at once, not four reallocations on the way.
-                let expected = self.max_new_tokens.min(FIRST_GENERATED_ROOM) as usize;
-                self.generated
-                    .reserve_exact(expected.max(self.num_generated + 1));
-            }
-            self.generated.resize(self.num_generated, None);
-            self.generated.push(token);
+        if let Some(token) = token {
+            self.store_token(token);
         }
         self.num_generated += 1;
         self.num_tokens += 1;
+    }
+
+    /// Store the known token sampled next (out of line: a run that gives no ids never
+    /// comes here, and its decode loop stays small).
+    fn store_token(&mut self, token: u32) {
+        if self.known_generated == self.num_generated {
+            self.known_generated += 1;
+        }
+        if self.generated.capacity() == 0 {
+            // Room for a typical answer at once, not four reallocations on the way.
+            let expected = self.max_new_tokens.min(FIRST_GENERATED_ROOM) as usize;
+            self.generated
+                .reserve_exact(expected.max(self.num_generated + 1));
+        }
+        self.generated.resize(self.num_generated, None);
+        self.generated.push(Some(token));
+    }
+
+    /// Blocks whose tokens (and all before) are known: the most its chain can hold now.
+    pub(crate) fn hashable_blocks(&self, block_size: usize) -> usize {
+        div_blocks(self.known_prefix(), block_size)
     }
 
     /// Tokens known from the start, before the first unknown one.
@@ -217,7 +228,7 @@ impl Request {
         block_size: usize,
         message: &mut Vec<u8>,
     ) -> usize {
-        let limit = blocks.min(div_blocks(self.known_prefix(), block_size));
+        let limit = blocks.min(self.hashable_blocks(block_size));
         self.hashes.reserve(limit.saturating_sub(self.hashes.len()));
         while self.hashes.len() < limit {
             let i = self.hashes.len();

@@ -211,8 +211,10 @@ impl ServingScheduler {
         let first = full_blocks(item.start, block_size);
         let end = full_blocks(item.start + item.tokens as u128, block_size);
         let end = end.min(request.table.len());
-        if end <= first {
-            return; // filled no block (most decodes): nothing to register
+        if end <= first || request.hashable_blocks(block_size) <= first {
+            // Filled no block (most decodes), or no block it fills can be hashed (the
+            // chain stopped at an unknown token: an int prompt, say).
+            return;
         }
         let hashed = request.chain(end, block_size, &mut self.message);
         for block in first..hashed {
