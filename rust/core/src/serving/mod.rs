@@ -2,7 +2,8 @@
 //! a paged KV-block pool with prefix caching, and preemption.
 //!
 //! Small parts with one job each: [`ServingConfig`]; the block pool (ref counts, hashes, the
-//! free queue; it knows nothing of requests); the content hash chain; the request record;
+//! free queue; it knows nothing of requests) and its content index (cached blocks found
+//! without hashing, `content_index.rs`); the content hash chain; the request record;
 //! the request slab; [`ServingScheduler`]'s state and request lifecycle, its step rule
 //! (`step.rs`), its `update` (`update.rs`) and invariant checks; [`Batch`], the plan of one
 //! step.
