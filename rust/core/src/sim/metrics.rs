@@ -70,20 +70,6 @@ impl Outcome {
         }
     }
 
-    /// One token gap: appended to the run of the previous one when they are equal.
-    pub fn gap(&mut self, request: usize, gap: f64) {
-        match (self.gap_values.last(), self.gap_weights.last_mut()) {
-            (Some(&last), Some(weight)) if last == gap => *weight += 1,
-            _ => {
-                self.gap_values.push(gap);
-                self.gap_weights.push(1);
-            }
-        }
-        if gap > self.max_gap[request] {
-            self.max_gap[request] = gap;
-        }
-    }
-
     /// The KV figures of the step just run: `used` blocks of its replica held for
     /// `duration`, ending at `end`, when the fleet holds `fleet_used` blocks (`used` with
     /// one replica).
