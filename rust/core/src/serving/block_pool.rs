@@ -19,7 +19,7 @@ const NIL: usize = usize::MAX;
 
 /// Hash-map entries reserved at the first registration (at most one per block): a pool of up
 /// to this many blocks never rehashes while its cache fills, which took a tenth of a step's
-/// time while a cache warmed up, and a larger pool reserves about 2.5 MB, not its size.
+/// time while a cache warmed up, and a larger pool reserves about 2 MB per map, not its size.
 pub(crate) const PRESIZED_BLOCKS: usize = 1 << 16;
 
 /// One touched block.
