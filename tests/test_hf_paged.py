@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import importlib
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -21,23 +20,17 @@ _EXTRA = "needs torch and transformers: pip install '.[hf]' in the checkout"
 torch = pytest.importorskip("torch", reason=_EXTRA)
 transformers = pytest.importorskip("transformers", reason=_EXTRA)
 
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
-
 from chunked_prefill import hf  # noqa: E402
+from hf_common import (  # noqa: E402
+    CHUNK_SIZES,
+    LENGTHS,
+    make_prompts,
+    one_torch_thread,  # noqa: F401  (an autouse fixture, used by being imported)
+    tiny_llama,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_NEW = 8
-LENGTHS = (1, 2, 5, 9, 17, 33)
-CHUNK_SIZES = (1, 2, 3, 5, 8, 16, 34)  # 34 is longer than every prompt
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread() -> Iterator[None]:
-    """The tiny model runs fastest on one thread, and CI machines are small."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(params=["pure", "rust"], scope="module")
@@ -52,27 +45,7 @@ def backend(request: pytest.FixtureRequest) -> ModuleType:
 
 @pytest.fixture(scope="module")
 def model() -> Any:
-    """A seeded, randomly initialised 2-layer Llama: no download, no eos, fp32."""
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-    )
-    return LlamaForCausalLM(config).eval()  # type: ignore[no-untyped-call]
-
-
-def make_prompts(lengths: tuple[int, ...], seed: int = 1, prefix: int = 0) -> list[list[int]]:
-    gen = torch.Generator().manual_seed(seed)
-    shared = torch.randint(0, 128, (prefix,), generator=gen).tolist()
-    return [shared + torch.randint(0, 128, (n,), generator=gen).tolist() for n in lengths]
+    return tiny_llama()
 
 
 _REFERENCE: dict[tuple[int, ...], list[int]] = {}
