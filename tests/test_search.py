@@ -383,3 +383,97 @@ def test_python_api_errors(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError) as info:
         search(SyntheticWorkload(10), **kwargs)
     assert message in str(info.value)
+
+
+def _children(pid: int) -> set[int]:
+    """Live (not zombie) processes whose parent is ``pid``, from /proc."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+        except OSError:
+            continue
+        if int(ppid) == pid and state != "Z":
+            found.add(int(entry.name))
+    return found
+
+
+def _alive(pids: set[int]) -> set[int]:
+    alive = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.add(pid)
+    return alive
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_sigterm_stops_the_search_and_its_workers() -> None:
+    """SIGTERM ends `search` with status 143 and takes its worker processes with it (the
+    default action left them running)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    argv = "search --requests 20000 --chunk-size 256,512,1024,2048 --slo-ttft 2 --workers 2"
+    cmd = [sys.executable, "-m", "chunked_prefill.cli", *argv.split()]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers := _children(proc.pid)) < 2 and time.monotonic() < deadline:
+            assert proc.poll() is None, "the search ended before its workers started"
+            time.sleep(0.1)
+        assert len(workers) >= 2
+        time.sleep(0.5)  # let them start probing
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        deadline = time.monotonic() + 10
+        while _alive(workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _alive(workers) == set()
+    finally:
+        proc.kill()
+        for pid in _alive(_children(proc.pid)):
+            subprocess.run(["kill", "-9", str(pid)], check=False)
+
+
+class _RecordingRunner:
+    """A runner whose probes meet the SLOs below rate 10; it records how it was closed."""
+
+    def __init__(self) -> None:
+        self.queue: list[tuple[int, float]] = []
+        self.closed: list[bool] = []
+
+    def submit(self, index: int, rate: float) -> None:
+        self.queue.append((index, rate))
+
+    def wait(self) -> list[tuple[int, float, bool, dict[str, Any]]]:
+        index, rate = self.queue.pop(0)
+        return [(index, rate, rate < 10, {})]
+
+    def close(self, *, abandon: bool = False) -> None:
+        self.closed.append(abandon)
+
+
+def test_an_interrupted_search_abandons_its_runner() -> None:
+    """An exception out of a search (Ctrl-C's `KeyboardInterrupt`, here raised by the
+    progress callback) closes the runner with `abandon`: its workers are stopped, not
+    awaited; a search that ends closes it the usual way."""
+    from chunked_prefill.sim.search import _drive
+
+    def interrupt(done: int, total: int) -> None:
+        raise KeyboardInterrupt
+
+    runner = _RecordingRunner()
+    with pytest.raises(KeyboardInterrupt):
+        _drive(runner, [RateSearch(6.0, 0.1)], interrupt)
+    assert runner.closed == [True]
+    runner = _RecordingRunner()
+    (found,) = _drive(runner, [RateSearch(6.0, 0.1)], None)
+    assert runner.closed == [False] and min(found) == 6.0

@@ -240,8 +240,11 @@ def _drive(
                     pending += 1
                 if on_probe is not None:
                     on_probe(done, done + sum(s.remaining() for s in searches))
-    finally:
-        runner.close()
+    except BaseException:
+        # Interrupted (Ctrl-C; SIGTERM in the CLI) or failed: no worker outlives the search.
+        runner.close(abandon=True)
+        raise
+    runner.close()
     return found
 
 

@@ -8,13 +8,17 @@ subcommand; ``run(args)`` executes parsed arguments and returns the exit status.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
+import signal
 import sys
+import threading
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from types import FrameType
+from typing import Any, NoReturn
 
 from .._args import UsageError, float_flag, int_flag, list_of, one_line, show
 from .cli import (
@@ -211,7 +215,8 @@ def run(args: argparse.Namespace) -> int:
     """Run ``search`` on parsed ``args``; returns the exit status (2 after one error line
     on stderr for a bad input)."""
     try:
-        return _run(args)
+        with _sigterm_exits():
+            return _run(args)
     except StepLimitError as err:
         message = f"argument --max-steps: {err}; raise --max-steps (now {err.limit})"
     except (UsageError, TraceError, ProfileError, ValueError) as err:
@@ -222,6 +227,25 @@ def run(args: argparse.Namespace) -> int:
         message = str(err)
     print(f"{PROG}: error: {one_line(message)}", file=sys.stderr)
     return 2
+
+
+@contextlib.contextmanager
+def _sigterm_exits() -> Iterator[None]:
+    """While the search runs, SIGTERM exits with status 143 through Python (``SystemExit``),
+    so the search stops its workers; the default action ends this process at once and
+    leaves them running. Only the main thread can set a handler; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def exit_now(signum: int, frame: FrameType | None) -> NoReturn:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, exit_now)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _source(args: argparse.Namespace) -> RateWorkload:

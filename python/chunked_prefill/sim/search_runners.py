@@ -87,8 +87,9 @@ class Runner(Protocol):
         """Block until one or more probes finish; return them."""
         ...
 
-    def close(self) -> None:
-        """Stop the workers (pending probes are dropped)."""
+    def close(self, *, abandon: bool = False) -> None:
+        """Stop the workers (pending probes are dropped). With ``abandon`` (the search was
+        interrupted or failed) at once: running probes are stopped, not awaited."""
         ...
 
 
@@ -106,7 +107,7 @@ class SerialRunner:
         index, rate = self._queue.popleft()
         return [run_probe(self._ctx, index, rate)]
 
-    def close(self) -> None:
+    def close(self, *, abandon: bool = False) -> None:
         self._queue.clear()
 
 
@@ -149,8 +150,16 @@ class PoolRunner:
         done, self._pending = wait(self._pending, return_when=FIRST_COMPLETED)
         return [f.result() for f in done]
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+    def close(self, *, abandon: bool = False) -> None:
+        if abandon:
+            # Python 3.14 has `terminate_workers`; before it, the pool's own process table.
+            terminate = getattr(self._pool, "terminate_workers", None)
+            if terminate is not None:
+                terminate()
+            else:
+                for process in list(getattr(self._pool, "_processes", {}).values()):
+                    process.terminate()
+        self._pool.shutdown(wait=not abandon, cancel_futures=True)
 
 
 class RayRunner:
@@ -190,9 +199,9 @@ class RayRunner:
         done, self._pending = self._ray.wait(self._pending, num_returns=1)
         return [self._ray.get(ref) for ref in done]
 
-    def close(self) -> None:
+    def close(self, *, abandon: bool = False) -> None:
         for ref in self._pending:
-            self._ray.cancel(ref)
+            self._ray.cancel(ref, force=abandon)
         self._pending = []
         if self._started:
             self._ray.shutdown()
