@@ -232,14 +232,13 @@ impl Request {
         self.hashes.reserve(limit.saturating_sub(self.hashes.len()));
         while self.hashes.len() < limit {
             let i = self.hashes.len();
-            let parent = match self.hashes.last() {
-                Some(hash) => *hash,
-                None => root_hash(self.cache_salt),
-            };
-            let start = i * block_size;
-            match self.prompt_ids().get(start..start + block_size) {
+            let parent = self.parent_hash(i);
+            match self.prompt_block(i, block_size) {
                 Some(ids) => block_message_of(&parent, ids, message),
-                None => block_message(&parent, self.known_tokens(start, block_size), message),
+                None => {
+                    let tokens = self.known_tokens(i * block_size, block_size);
+                    block_message(&parent, tokens, message);
+                }
             }
             self.hashes.push(hash_message(message));
         }

@@ -164,9 +164,9 @@ struct Track {
 }
 
 /// The run of equal token gaps being counted: appended to the outcome's run-length coded
-/// gaps (as [`Outcome::gap`] would) when another gap ends it or the run ends, so the
-/// usual token adds to one count rather than to the last entry of two vectors.
-#[derive(Clone, Copy)]
+/// gaps when another gap ends it or the run ends, so the usual token adds to one count
+/// rather than to the last entry of two vectors.
+#[derive(Clone, Copy, Default)]
 struct GapRun {
     value: f64,
     weight: u64,
@@ -283,10 +283,7 @@ pub fn run_fleet(
         order: workload.arrival_order(),
         next: 0,
         tracks: vec![Track::default(); n],
-        gaps: GapRun {
-            value: 0.0,
-            weight: 0,
-        },
+        gaps: GapRun::default(),
         started: 0,
         fleet_used: 0,
         done: 0,
