@@ -24,16 +24,20 @@ impl ServingScheduler {
     }
 }
 
-/// Leading full blocks of `token_ids` found in `pool`, hashing only up to the first miss.
+/// Leading full blocks of `token_ids` found in `pool`: by content where the pool remembers
+/// it (as admission finds them), else by hash, hashing only up to the first miss.
 fn cached_blocks(pool: &BlockPool, token_ids: &[u32], block_size: usize, salt: u64) -> usize {
     let mut parent = root_hash(salt);
     let mut message = Vec::new();
     let mut found = 0;
     for ids in token_ids.chunks_exact(block_size) {
-        block_message_of(&parent, ids, &mut message);
-        parent = hash_message(&message);
-        if pool.lookup(&parent).is_none() {
-            break;
+        let hit = pool.find_by_content(&parent, ids).or_else(|| {
+            block_message_of(&parent, ids, &mut message);
+            pool.lookup(&hash_message(&message))
+        });
+        match hit.and_then(|hit| pool.hash(hit)) {
+            Some(hash) => parent = hash,
+            None => break,
         }
         found += 1;
     }
