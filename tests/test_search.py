@@ -385,31 +385,24 @@ def test_python_api_errors(kwargs: dict[str, Any], message: str) -> None:
     assert message in str(info.value)
 
 
-def _children(pid: int) -> set[int]:
-    """Live (not zombie) processes whose parent is ``pid``, from /proc."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
-        except OSError:
-            continue
-        if int(ppid) == pid and state != "Z":
-            found.add(int(entry.name))
-    return found
+def _stat(pid: int) -> tuple[str, int] | None:
+    """Process ``pid``'s state letter and parent pid, from /proc (None once it is gone)."""
+    try:
+        state, ppid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:2]
+    except OSError:
+        return None
+    return state, int(ppid)
 
 
 def _alive(pids: set[int]) -> set[int]:
-    alive = set()
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            alive.add(pid)
-    return alive
+    """Those of ``pids`` still running (zombies count as gone)."""
+    return {pid for pid in pids if (stat := _stat(pid)) is not None and stat[0] != "Z"}
+
+
+def _children(pid: int) -> set[int]:
+    """Live processes whose parent is ``pid``."""
+    pids = {int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()}
+    return {p for p in _alive(pids) if (stat := _stat(p)) is not None and stat[1] == pid}
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
