@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use chunked_prefill::serving::{block_hash, root_hash, BlockHash};
 use chunked_prefill::{
     Batch, CoreError, Prompt, RequestState, ServingConfig, ServingScheduler, TokenIds,
 };
@@ -257,6 +258,58 @@ fn a_block_hashed_by_the_admission_lookup_is_registered_when_computed() {
     add(&mut s, 2, Prompt::Tokens((0..4).chain([99]).collect()), 1);
     let batch = plan(&mut s, &[(1, 6, 1, vec![]), (2, 4, 1, vec![0, 2])]);
     assert_eq!(batch.items()[1].cached_tokens, 4);
+}
+
+/// The chain hashes of `prompt`'s full blocks of `block_size` tokens, salt 0.
+fn chain_hashes(prompt: &[u32], block_size: usize) -> Vec<BlockHash> {
+    let mut parent = root_hash(0);
+    (prompt.chunks_exact(block_size))
+        .map(|ids| {
+            parent = block_hash(&parent, ids.iter().copied());
+            parent
+        })
+        .collect()
+}
+
+/// `update` extends up to four requests' hash chains together; chains of 1 to 6 blocks in
+/// one step (lanes finish at different times, a fifth chain waits for a lane) must still be
+/// the chains, registered in item order: of two equal prompts computed in the same step,
+/// the first item's blocks get the hashes and the second's stay unhashed.
+#[test]
+fn chains_hashed_side_by_side_are_registered_in_item_order() {
+    let mut s = sched(ServingConfig {
+        token_budget: 128,
+        chunk_size: 32,
+        max_prefills_per_step: 8,
+        ..config(64)
+    });
+    let prompts: Vec<Vec<u32>> = vec![
+        (0..24).collect(),
+        (100..104).collect(),
+        (0..24).collect(), // request 3: request 1's prompt again
+        (200..212).collect(),
+        (300..320).collect(),
+        (400..408).collect(),
+    ];
+    for (id, prompt) in (1..).zip(&prompts) {
+        add(&mut s, id, Prompt::Tokens(prompt.clone()), 2);
+    }
+    let batch = s.schedule().unwrap().clone();
+    assert_eq!(batch.items().len(), 6);
+    let tables: Vec<Vec<usize>> = (batch.items().iter())
+        .map(|i| i.new_blocks.clone())
+        .collect();
+    s.update(&batch, TokenIds::None, &[]).unwrap();
+    s.check_invariants().unwrap();
+    let mut expected: Vec<(usize, BlockHash)> = Vec::new();
+    for (at, (prompt, table)) in prompts.iter().zip(&tables).enumerate() {
+        if at != 2 {
+            // Every prompt is a multiple of 4 tokens: all of its blocks are full.
+            expected.extend(table.iter().copied().zip(chain_hashes(prompt, 4)));
+        }
+    }
+    expected.sort_unstable();
+    assert_eq!(s.to_state().unwrap().block_hashes, expected);
 }
 
 #[test]

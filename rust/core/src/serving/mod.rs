@@ -28,6 +28,7 @@ mod counts;
 mod hash;
 mod invariants;
 mod prefix_query;
+mod registration;
 mod request;
 mod scheduler;
 mod slab;

@@ -228,21 +228,33 @@ impl Request {
         block_size: usize,
         message: &mut Vec<u8>,
     ) -> usize {
-        let limit = blocks.min(self.hashable_blocks(block_size));
+        let limit = self.chain_limit(blocks, block_size);
         self.hashes.reserve(limit.saturating_sub(self.hashes.len()));
         while self.hashes.len() < limit {
-            let i = self.hashes.len();
-            let parent = self.parent_hash(i);
-            match self.prompt_block(i, block_size) {
-                Some(ids) => block_message_of(&parent, ids, message),
-                None => {
-                    let tokens = self.known_tokens(i * block_size, block_size);
-                    block_message(&parent, tokens, message);
-                }
-            }
+            self.next_message(block_size, message);
             self.hashes.push(hash_message(message));
         }
         self.hashes.len().min(blocks)
+    }
+
+    /// How far [`chain`](Self::chain) extends the chain towards `blocks` blocks: as far as
+    /// its tokens are known.
+    pub(crate) fn chain_limit(&self, blocks: usize, block_size: usize) -> usize {
+        blocks.min(self.hashable_blocks(block_size))
+    }
+
+    /// The bytes hashed for the chain's next block (the first without a hash), into
+    /// `message`; its tokens must be known.
+    pub(crate) fn next_message(&self, block_size: usize, message: &mut Vec<u8>) {
+        let i = self.hashes.len();
+        let parent = self.parent_hash(i);
+        match self.prompt_block(i, block_size) {
+            Some(ids) => block_message_of(&parent, ids, message),
+            None => {
+                let tokens = self.known_tokens(i * block_size, block_size);
+                block_message(&parent, tokens, message);
+            }
+        }
     }
 
     /// The chain hash of block `block` if its tokens (and all before) are known, computed
@@ -277,8 +289,9 @@ impl Request {
         }
     }
 
-    /// Extend the chain by the hash of its next block, found rather than computed (the
-    /// prefix cache held a block of the same parent and ids).
+    /// Extend the chain by the hash of its next block: found (the prefix cache held a block
+    /// of the same parent and ids), or computed by the caller from
+    /// [`next_message`](Self::next_message).
     pub(crate) fn push_hash(&mut self, hash: BlockHash) {
         self.hashes.push(hash);
     }

@@ -13,6 +13,7 @@ use super::batch::Batch;
 use super::block_pool::BlockPool;
 use super::config::ServingConfig;
 use super::counts::shortfall;
+use super::registration::Registration;
 use super::request::{Prompt, PromptIds, Request, RequestState, RequestView};
 use super::slab::Slab;
 use crate::CoreError;
@@ -69,6 +70,8 @@ pub struct ServingScheduler {
     pub(super) hits: Vec<usize>,
     /// The bytes of the block being hashed.
     pub(super) message: Vec<u8>,
+    /// `update`'s hashing: the blocks its items filled and the bytes of each lane.
+    pub(super) registration: Registration,
     pub(super) sampling: HashSet<u64, DefaultHashBuilder>,
     pub(super) given: HashMap<u64, u32, DefaultHashBuilder>,
     pub(super) finished_set: HashSet<u64, DefaultHashBuilder>,
@@ -106,6 +109,7 @@ impl ServingScheduler {
             spare: Vec::new(),
             hits: Vec::new(),
             message: Vec::new(),
+            registration: Registration::default(),
             sampling: HashSet::default(),
             given: HashMap::default(),
             finished_set: HashSet::default(),
