@@ -312,6 +312,63 @@ fn chains_hashed_side_by_side_are_registered_in_item_order() {
     assert_eq!(s.to_state().unwrap().block_hashes, expected);
 }
 
+/// A long run in a small pool: many thousands of contents pass through the prefix cache's
+/// content tree, which must free the unused ones (it collects once it has doubled) without
+/// losing one a request or a registered block needs. A copy restored from an export at the
+/// start (its blocks found by hash, the tree rebuilt as it goes) must plan every step alike.
+#[test]
+fn the_content_tree_frees_unused_contents_and_keeps_the_cache() {
+    let mut s = sched(ServingConfig {
+        token_budget: 64,
+        chunk_size: 32,
+        max_prefills_per_step: 4,
+        max_running: 16,
+        ..config(96)
+    });
+    // Prompts of 3 to 9 blocks: a family prefix of 2 blocks (5 families), then their own.
+    let add_some = |s: &mut ServingScheduler, first: u64, n: u64| {
+        for id in first..first + n {
+            let family = (id % 5) as u32;
+            let mut prompt: Vec<u32> = (0..8).map(|t| 1000 * family + t).collect();
+            prompt.extend((0..4 + 4 * (id % 7) as u32).map(|t| 100_000 + 64 * id as u32 + t));
+            add(s, id, Prompt::Tokens(prompt), 1 + id % 5);
+        }
+    };
+    let mut next = 20;
+    add_some(&mut s, 0, next);
+    for _ in 0..5 {
+        let batch = s.schedule().unwrap().clone();
+        let tokens: Vec<u32> = (0..batch.sampling_ids().len() as u32).collect();
+        s.update(&batch, TokenIds::Aligned(&tokens), &[]).unwrap();
+    }
+    let mut r = ServingScheduler::from_state(s.to_state().unwrap()).unwrap();
+    let mut most_nodes = 0;
+    for step in 0..3000u32 {
+        if s.num_waiting() < 8 {
+            add_some(&mut s, next, 8);
+            add_some(&mut r, next, 8);
+            next += 8;
+        }
+        let a = s.schedule().unwrap().clone();
+        let b = r.schedule().unwrap().clone();
+        assert_eq!(a, b, "step {step}");
+        let tokens: Vec<u32> = (0..a.sampling_ids().len() as u32).map(|t| t % 3).collect();
+        s.update(&a, TokenIds::Aligned(&tokens), &[]).unwrap();
+        r.update(&b, TokenIds::Aligned(&tokens), &[]).unwrap();
+        most_nodes = most_nodes.max(s.num_content_nodes());
+        if step % 100 == 0 {
+            s.check_invariants().unwrap();
+            r.check_invariants().unwrap();
+        }
+    }
+    assert_eq!(s.to_state().unwrap(), r.to_state().unwrap());
+    assert!(next > 2500, "{next} requests");
+    // Every request interned 3 to 10 contents: without collections the tree would hold
+    // more than 10 000.
+    assert!(most_nodes < 9000, "{most_nodes} content nodes at most");
+    assert!(s.num_cached_tokens() > 0);
+}
+
 #[test]
 fn a_partial_prefix_hit_stops_at_the_first_missing_block() {
     let mut s = sched(config(16));

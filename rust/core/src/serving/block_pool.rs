@@ -1,6 +1,11 @@
-//! [`BlockPool`]: KV-cache blocks, their reference counts and hashes, and the free queue.
+//! [`BlockPool`]: KV-cache blocks, their reference counts and prefix-cache registrations,
+//! and the free queue.
 //!
-//! It knows nothing of requests: callers hold block ids and hand them back.
+//! It knows nothing of requests: callers hold block ids and hand them back, and name block
+//! contents by their nodes in the pool's [`ContentTree`]. A block is registered ("has a
+//! hash") for at most one content and a content for at most one block, as the rule's one
+//! block per hash; the hashes themselves are computed only when asked for (an export), or
+//! where a restored pool knows blocks by hash alone.
 //!
 //! The free queue is an index-linked list (prev/next are block ids), so a cache hit takes a
 //! block out of the middle in O(1). Blocks are touched lazily: ids from `fresh` up have never
@@ -12,22 +17,32 @@ use std::collections::HashMap;
 
 use hashlink::DefaultHashBuilder;
 
-use super::content_index::ContentIndex;
+use super::content_tree::{ContentTree, NodeId};
 use super::hash::BlockHash;
 
 const NIL: usize = usize::MAX;
 
-/// Hash-map entries reserved at the first registration (at most one per block): a pool of up
-/// to this many blocks never rehashes while its cache fills, which took a tenth of a step's
-/// time while a cache warmed up, and a larger pool reserves about 2 MB per map, not its size.
+/// Content nodes room is made for at the first one (about one per block): a pool of up to
+/// this many blocks never rehashes while its cache fills, which took a tenth of a step's time
+/// while a cache warmed up, and a larger pool reserves a few MB, not its size.
 pub(crate) const PRESIZED_BLOCKS: usize = 1 << 16;
+
+/// How a block is registered in the prefix cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Registration {
+    /// Unhashed.
+    None,
+    /// By its content node (whose `block` is this block).
+    Node(NodeId),
+    /// By hash alone, in `by_hash`: a block restored from an export, whose ids are unknown.
+    Hash(BlockHash),
+}
 
 /// One touched block.
 #[derive(Debug, Clone)]
 struct Block {
     ref_count: usize,
-    /// Set only while the hash map points at this block.
-    hash: Option<BlockHash>,
+    registration: Registration,
     prev: usize,
     next: usize,
     /// Which list holds it while free: `back` (true) or `front` (false).
@@ -61,9 +76,11 @@ pub(crate) struct BlockPool {
     back: List,
     /// The first untouched id (`blocks.len()`).
     fresh: usize,
+    /// Blocks registered by hash alone (restored from an export, until a lookup names their
+    /// content): empty in a pool that was never restored, and then no hash is computed.
     by_hash: HashMap<BlockHash, usize, DefaultHashBuilder>,
-    /// The registered blocks again, by content (see [`ContentIndex`]).
-    by_content: ContentIndex,
+    /// Every content known, with the blocks registered for them (see [`ContentTree`]).
+    tree: ContentTree,
 }
 
 impl BlockPool {
@@ -76,7 +93,7 @@ impl BlockPool {
             back: List::EMPTY,
             fresh: 0,
             by_hash: HashMap::default(),
-            by_content: ContentIndex::new(num_blocks, block_size),
+            tree: ContentTree::new(num_blocks, block_size),
         }
     }
 
@@ -89,19 +106,39 @@ impl BlockPool {
         self.blocks.get(block).map_or(0, |b| b.ref_count)
     }
 
-    pub(crate) fn hash(&self, block: usize) -> Option<BlockHash> {
-        self.blocks.get(block).and_then(|b| b.hash)
+    /// The node of `ids` under `parent` (see [`ContentTree::intern`]).
+    pub(crate) fn intern(&mut self, parent: Option<NodeId>, salt: u64, ids: &[u32]) -> NodeId {
+        self.tree.intern(parent, salt, ids)
     }
 
-    /// The block registered for `hash`, held or free.
-    pub(crate) fn lookup(&self, hash: &BlockHash) -> Option<usize> {
-        self.by_hash.get(hash).copied()
+    /// The contents known, read-only.
+    pub(crate) fn tree(&self) -> &ContentTree {
+        &self.tree
     }
 
-    /// The block registered with this parent hash and these token ids, found without
-    /// hashing when the pool kept their copy; `None` tells the caller to look the hash up.
-    pub(crate) fn find_by_content(&self, parent: &BlockHash, tokens: &[u32]) -> Option<usize> {
-        self.by_content.find(parent, tokens)
+    /// Whether a block is registered for the hash `hash` by hash alone (a restored pool).
+    pub(crate) fn has_hash(&self, hash: &BlockHash) -> bool {
+        self.by_hash.contains_key(hash)
+    }
+
+    /// Whether blocks are registered by hash alone: only then do lookups need hashes.
+    pub(crate) fn has_hash_only_blocks(&self) -> bool {
+        !self.by_hash.is_empty()
+    }
+
+    /// The block registered for `node`'s content, held or free. A restored block found by
+    /// its hash is registered by content from then on.
+    pub(crate) fn cached(&mut self, node: NodeId) -> Option<usize> {
+        if let Some(block) = self.tree.block(node) {
+            return Some(block);
+        }
+        if self.by_hash.is_empty() {
+            return None;
+        }
+        let block = self.by_hash.remove(&self.tree.hash(node))?;
+        self.blocks[block].registration = Registration::Node(node);
+        self.tree.set_block(node, Some(block));
+        Some(block)
     }
 
     /// Take the head of the free queue for a new owner; its old hash is forgotten.
@@ -114,7 +151,7 @@ impl BlockPool {
             let id = self.fresh;
             self.blocks.push(Block {
                 ref_count: 0,
-                hash: None,
+                registration: Registration::None,
                 prev: NIL,
                 next: NIL,
                 in_back: false,
@@ -130,9 +167,12 @@ impl BlockPool {
         };
         let block = &mut self.blocks[id];
         block.ref_count = 1;
-        if let Some(hash) = block.hash.take() {
-            self.by_hash.remove(&hash);
-            self.by_content.remove(id);
+        match std::mem::replace(&mut block.registration, Registration::None) {
+            Registration::None => {}
+            Registration::Node(node) => self.tree.set_block(node, None),
+            Registration::Hash(hash) => {
+                self.by_hash.remove(&hash);
+            }
         }
         Some(id)
     }
@@ -154,30 +194,35 @@ impl BlockPool {
         if block.ref_count > 0 {
             return;
         }
-        if block.hash.is_some() {
+        if block.registration != Registration::None {
             self.push_back(id);
         } else {
             self.push_front(id);
         }
     }
 
-    /// Register `hash` for the held block `id`, unless another block has it already.
-    pub(crate) fn register(&mut self, id: usize, hash: BlockHash) -> bool {
-        if self.by_hash.contains_key(&hash) {
+    /// Register the held block `id` for `node`'s content, unless another block has it
+    /// already (by content, or by its hash in a restored pool).
+    pub(crate) fn register(&mut self, id: usize, node: NodeId) -> bool {
+        if self.tree.block(node).is_some()
+            || (!self.by_hash.is_empty() && self.by_hash.contains_key(&self.tree.hash(node)))
+        {
             return false;
         }
-        if self.by_hash.capacity() == 0 {
-            self.by_hash.reserve(self.num_blocks.min(PRESIZED_BLOCKS));
-        }
-        self.by_hash.insert(hash, id);
-        self.blocks[id].hash = Some(hash);
+        self.tree.set_block(node, Some(id));
+        self.blocks[id].registration = Registration::Node(node);
         true
     }
 
-    /// Keep a copy of the content of the registered block `id` (its parent hash and
-    /// `tokens`), so that [`find_by_content`](Self::find_by_content) finds it from now on.
-    pub(crate) fn remember_content(&mut self, id: usize, parent: &BlockHash, tokens: &[u32]) {
-        self.by_content.insert(id, parent, tokens);
+    /// Whether the tree has grown enough for a [`collect`](Self::collect).
+    pub(crate) fn wants_collect(&self) -> bool {
+        self.tree.wants_collect()
+    }
+
+    /// Free the content nodes that neither `used` (the requests' chains) nor a registered
+    /// block needs.
+    pub(crate) fn collect(&mut self, used: impl IntoIterator<Item = NodeId>) {
+        self.tree.collect(used);
     }
 
     /// The free queue, head first.
@@ -188,8 +233,15 @@ impl BlockPool {
     }
 
     /// Every block with a hash, by id.
-    pub(crate) fn hashes(&self) -> impl Iterator<Item = (usize, BlockHash)> + '_ {
-        (self.blocks.iter().enumerate()).filter_map(|(id, b)| b.hash.map(|hash| (id, hash)))
+    pub(crate) fn hashes(&self) -> Vec<(usize, BlockHash)> {
+        let mut known = HashMap::new();
+        (self.blocks.iter().enumerate())
+            .filter_map(|(id, b)| match b.registration {
+                Registration::None => None,
+                Registration::Node(node) => Some((id, self.tree.hash_with(node, &mut known))),
+                Registration::Hash(hash) => Some((id, hash)),
+            })
+            .collect()
     }
 
     /// A pool rebuilt from an export: `held[id]` owners per block (touched for all ids), the
@@ -206,7 +258,7 @@ impl BlockPool {
             .iter()
             .map(|&ref_count| Block {
                 ref_count,
-                hash: None,
+                registration: Registration::None,
                 prev: NIL,
                 next: NIL,
                 in_back: false,
@@ -214,7 +266,8 @@ impl BlockPool {
             .collect();
         pool.fresh = held.len();
         for &(id, hash) in hashes {
-            pool.register(id, hash);
+            pool.by_hash.insert(hash, id);
+            pool.blocks[id].registration = Registration::Hash(hash);
         }
         for &id in free_queue {
             pool.push_back(id);
@@ -314,22 +367,27 @@ impl BlockPool {
             if (block.ref_count == 0) != in_queue[id] {
                 return Err(format!("block {id} neither free nor held, or both"));
             }
-            if let Some(hash) = block.hash {
-                if self.by_hash.get(&hash) != Some(&id) {
+            match block.registration {
+                Registration::Hash(hash) if self.by_hash.get(&hash) != Some(&id) => {
                     return Err(format!("block {id}'s hash is not registered for it"));
                 }
+                Registration::Node(node) if self.tree.block(node) != Some(id) => {
+                    return Err(format!("block {id}'s content is not registered for it"));
+                }
+                _ => {}
             }
         }
         if owners.keys().any(|&id| id >= self.blocks.len()) {
             return Err("a request holds an untouched block".into());
         }
         for (hash, &id) in &self.by_hash {
-            if self.hash(id) != Some(*hash) {
+            if self.blocks[id].registration != Registration::Hash(*hash) {
                 return Err(format!(
                     "hash map points at block {id}, which lacks the hash"
                 ));
             }
         }
-        self.by_content.check(|id| self.hash(id).is_some())
+        let by_node = |node, id: usize| self.blocks[id].registration == Registration::Node(node);
+        self.tree.check(by_node)
     }
 }

@@ -7,8 +7,6 @@
 //! `blake2b_simd`'s: it picks AVX2 or SSE4.1 at run time, about 1.5 times as fast as a
 //! portable one on one block, and hashing is most of a serving step's work.
 
-use blake2b_simd::many::HashManyJob;
-
 /// The content hash of a full block, chained on every block before it.
 pub type BlockHash = [u8; 16];
 
@@ -56,40 +54,6 @@ pub(crate) fn block_message_of(parent: &BlockHash, ids: &[u32], message: &mut Ve
     }
 }
 
-/// How many messages [`hash_lanes`] hashes at once: the four 64-bit lanes of an AVX2
-/// register (fewer lanes elsewhere, still correct). The rounds of one BLAKE2b depend on each
-/// other; four independent messages keep the lanes busy, and each 80-byte block then takes
-/// 0.57 of the time (89 ns against 156 ns on the development machine), for a sixth more
-/// instructions saved.
-pub(crate) const LANES: usize = 4;
-
-/// `blake2b-128` of each of `messages` (at most [`LANES`]), into `out`, at once.
-pub(crate) fn hash_lanes(messages: &[Vec<u8>], out: &mut [BlockHash]) {
-    let Some(last) = messages.len().checked_sub(1) else {
-        return;
-    };
-    if last == 0 {
-        out[0] = hash_message(&messages[0]);
-        return;
-    }
-    let mut params = blake2b_simd::Params::new();
-    params.hash_length(16);
-    // An array needs a job in every lane: the spare ones repeat the last message. Three
-    // messages run with a spare as four, on one AVX2 path: 0.8 of the time of the two- and
-    // one-lane paths `hash_many` takes for three.
-    let mut jobs: [HashManyJob; LANES] =
-        std::array::from_fn(|lane| HashManyJob::new(&params, &messages[lane.min(last)]));
-    let run = if messages.len() == LANES - 1 {
-        LANES
-    } else {
-        messages.len()
-    };
-    blake2b_simd::many::hash_many(jobs[..run].iter_mut());
-    for (hash, job) in out.iter_mut().zip(jobs.iter()) {
-        hash.copy_from_slice(job.to_hash().as_bytes());
-    }
-}
-
 /// `blake2b-128(message)`.
 pub(crate) fn hash_message(message: &[u8]) -> BlockHash {
     let digest = blake2b_simd::Params::new().hash_length(16).hash(message);
@@ -104,20 +68,6 @@ mod tests {
 
     fn hex(hash: &BlockHash) -> String {
         hash.iter().map(|byte| format!("{byte:02x}")).collect()
-    }
-
-    #[test]
-    fn lanes_hash_each_message_as_alone() {
-        let messages: Vec<Vec<u8>> = (0..LANES as u8)
-            .map(|i| (0..80 - i).map(|b| b.wrapping_mul(i + 1)).collect())
-            .collect();
-        for busy in 0..=LANES {
-            let mut out = [[0; 16]; LANES];
-            hash_lanes(&messages[..busy], &mut out[..busy]);
-            for (hash, message) in out.iter().zip(&messages[..busy]) {
-                assert_eq!(*hash, hash_message(message), "{busy} lanes");
-            }
-        }
     }
 
     #[test]

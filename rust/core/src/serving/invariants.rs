@@ -34,6 +34,20 @@ impl ServingScheduler {
                 }
                 *owners.entry(block).or_default() += 1;
             }
+            let mut ids = Vec::new();
+            request.tokens(&mut ids);
+            let chain = (request.nodes().iter()).zip(ids.chunks(block_size));
+            for (block, (&node, ids)) in chain.enumerate() {
+                let parent = block.checked_sub(1).map(|before| request.node(before));
+                let ids: Option<Vec<u32>> = ids.iter().copied().collect();
+                let found =
+                    ids.and_then(|ids| self.pool.tree().find(parent, request.cache_salt, &ids));
+                if found != Some(node) {
+                    return Err(format!(
+                        "request {id}'s block {block} has another content node"
+                    ));
+                }
+            }
             let tokens = planned.get(&id).copied().unwrap_or(0) as u128;
             let want = blocks_for(request.num_computed + tokens, block_size);
             match request.state {

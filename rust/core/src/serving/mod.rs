@@ -1,9 +1,10 @@
 //! The serving scheduler (issue 11): it owns the request lifecycle (prefill, decode, finish),
 //! a paged KV-block pool with prefix caching, and preemption.
 //!
-//! Small parts with one job each: [`ServingConfig`]; the block pool (ref counts, hashes, the
-//! free queue; it knows nothing of requests) and its content index (cached blocks found
-//! without hashing, `content_index.rs`); the content hash chain; the request record;
+//! Small parts with one job each: [`ServingConfig`]; the block pool (ref counts, the free
+//! queue, registrations; it knows nothing of requests) and its content tree (the block
+//! contents the prefix cache knows, compared instead of hashed; `content_tree.rs`); the
+//! content hash chain, computed when a hash is asked for; the request record;
 //! the request slab; [`ServingScheduler`]'s state and request lifecycle, its step rule
 //! (`step.rs`), its `update` (`update.rs`) and invariant checks; [`Batch`], the plan of one
 //! step.
@@ -23,12 +24,11 @@
 mod batch;
 mod block_pool;
 mod config;
-mod content_index;
+mod content_tree;
 mod counts;
 mod hash;
 mod invariants;
 mod prefix_query;
-mod registration;
 mod request;
 mod scheduler;
 mod slab;

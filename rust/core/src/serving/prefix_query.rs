@@ -24,21 +24,34 @@ impl ServingScheduler {
     }
 }
 
-/// Leading full blocks of `token_ids` found in `pool`: by content where the pool remembers
-/// it (as admission finds them), else by hash, hashing only up to the first miss.
+/// Leading full blocks of `token_ids` found in `pool`, as admission finds them: by content
+/// (nothing is interned: a content the tree lacks is no hit), and in a restored pool also by
+/// hash, the chain hashed along.
 fn cached_blocks(pool: &BlockPool, token_ids: &[u32], block_size: usize, salt: u64) -> usize {
-    let mut parent = root_hash(salt);
+    let tree = pool.tree();
+    let by_hash = pool.has_hash_only_blocks();
+    // The content so far: its node while the tree holds it, and its hash when needed.
+    let mut node = None;
+    let mut in_tree = true;
+    let mut hash = root_hash(salt);
     let mut message = Vec::new();
     let mut found = 0;
     for ids in token_ids.chunks_exact(block_size) {
-        let hit = pool.find_by_content(&parent, ids).or_else(|| {
-            block_message_of(&parent, ids, &mut message);
-            pool.lookup(&hash_message(&message))
-        });
-        match hit.and_then(|hit| pool.hash(hit)) {
-            Some(hash) => parent = hash,
-            None => break,
+        let next = if in_tree {
+            tree.find(node, salt, ids)
+        } else {
+            None
+        };
+        if by_hash {
+            block_message_of(&hash, ids, &mut message);
+            hash = hash_message(&message);
         }
+        let hit = next.is_some_and(|next| tree.block(next).is_some())
+            || (by_hash && pool.has_hash(&hash));
+        if !hit {
+            break;
+        }
+        (node, in_tree) = (next, next.is_some());
         found += 1;
     }
     found

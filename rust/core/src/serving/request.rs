@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
+use super::block_pool::BlockPool;
+use super::content_tree::NodeId;
 use super::counts::div_blocks;
-use super::hash::{block_message, block_message_of, hash_message, root_hash, BlockHash};
 
 /// A request's prompt as `add_request` takes it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -89,8 +90,8 @@ pub(crate) struct Request {
     pub(crate) num_computed: u128,
     /// Block ids, position order.
     pub(crate) table: Vec<usize>,
-    /// `hashes[i]` is the chain hash of block `i`; a cache of content, extended on demand.
-    hashes: Vec<BlockHash>,
+    /// `nodes[i]` is the content node of block `i` (see `ContentTree`), extended on demand.
+    nodes: Vec<NodeId>,
     pub(crate) num_preemptions: u128,
     pub(crate) num_cached_tokens: u128,
     pub(crate) state: RequestState,
@@ -116,7 +117,7 @@ impl Clone for Request {
             prompt: self.prompt.clone(),
             generated: with_room(&self.generated),
             table: with_room(&self.table),
-            hashes: with_room(&self.hashes),
+            nodes: with_room(&self.nodes),
             ..*self
         }
     }
@@ -148,7 +149,7 @@ impl Request {
             known_generated: 0,
             num_computed: 0,
             table: Vec::new(),
-            hashes: Vec::new(),
+            nodes: Vec::new(),
             num_preemptions: 0,
             num_cached_tokens: 0,
             state: RequestState::Waiting,
@@ -220,80 +221,42 @@ impl Request {
         }
     }
 
-    /// Extend the hash chain to `blocks` blocks where their tokens are all known; returns how
-    /// many hashes are available, at most `blocks`. `message` is scratch for the hashed bytes.
+    /// Extend the chain of content nodes to `blocks` blocks where their tokens are all
+    /// known, interning them in `pool`; returns how many blocks the chain covers, at most
+    /// `blocks`. `ids` is scratch for a block that holds generated tokens.
     pub(crate) fn chain(
         &mut self,
         blocks: usize,
         block_size: usize,
-        message: &mut Vec<u8>,
+        pool: &mut BlockPool,
+        ids: &mut Vec<u32>,
     ) -> usize {
-        let limit = self.chain_limit(blocks, block_size);
-        self.hashes.reserve(limit.saturating_sub(self.hashes.len()));
-        while self.hashes.len() < limit {
-            self.next_message(block_size, message);
-            self.hashes.push(hash_message(message));
+        let limit = blocks.min(self.hashable_blocks(block_size));
+        self.nodes.reserve(limit.saturating_sub(self.nodes.len()));
+        while self.nodes.len() < limit {
+            let i = self.nodes.len();
+            let parent = i.checked_sub(1).map(|before| self.nodes[before]);
+            let node = match self.prompt_block(i, block_size) {
+                Some(block) => pool.intern(parent, self.cache_salt, block),
+                None => {
+                    ids.clear();
+                    ids.extend(self.known_tokens(i * block_size, block_size));
+                    pool.intern(parent, self.cache_salt, ids)
+                }
+            };
+            self.nodes.push(node);
         }
-        self.hashes.len().min(blocks)
+        self.nodes.len().min(blocks)
     }
 
-    /// How far [`chain`](Self::chain) extends the chain towards `blocks` blocks: as far as
-    /// its tokens are known.
-    pub(crate) fn chain_limit(&self, blocks: usize, block_size: usize) -> usize {
-        blocks.min(self.hashable_blocks(block_size))
+    /// The content node of block `block`, which [`chain`](Self::chain) reached.
+    pub(crate) fn node(&self, block: usize) -> NodeId {
+        self.nodes[block]
     }
 
-    /// The bytes hashed for the chain's next block (the first without a hash), into
-    /// `message`; its tokens must be known.
-    pub(crate) fn next_message(&self, block_size: usize, message: &mut Vec<u8>) {
-        let i = self.hashes.len();
-        let parent = self.parent_hash(i);
-        match self.prompt_block(i, block_size) {
-            Some(ids) => block_message_of(&parent, ids, message),
-            None => {
-                let tokens = self.known_tokens(i * block_size, block_size);
-                block_message(&parent, tokens, message);
-            }
-        }
-    }
-
-    /// The chain hash of block `block` if its tokens (and all before) are known, computed
-    /// only as far as needed (see [`chain`](Self::chain)).
-    pub(crate) fn hash_at(
-        &mut self,
-        block: usize,
-        block_size: usize,
-        message: &mut Vec<u8>,
-    ) -> Option<BlockHash> {
-        if block >= self.hashes.len() {
-            self.chain(block + 1, block_size, message);
-        }
-        self.hashes.get(block).copied()
-    }
-
-    pub(crate) fn hash(&self, block: usize) -> BlockHash {
-        self.hashes[block]
-    }
-
-    /// Blocks whose chain hash is known (computed or found).
-    pub(crate) fn num_hashed(&self) -> usize {
-        self.hashes.len()
-    }
-
-    /// The hash block `block` chains on: its predecessor's (which must be known), or the
-    /// root for the first block.
-    pub(crate) fn parent_hash(&self, block: usize) -> BlockHash {
-        match block.checked_sub(1) {
-            Some(before) => self.hashes[before],
-            None => root_hash(self.cache_salt),
-        }
-    }
-
-    /// Extend the chain by the hash of its next block: found (the prefix cache held a block
-    /// of the same parent and ids), or computed by the caller from
-    /// [`next_message`](Self::next_message).
-    pub(crate) fn push_hash(&mut self, hash: BlockHash) {
-        self.hashes.push(hash);
+    /// The content nodes of its blocks, as far as [`chain`](Self::chain) went.
+    pub(crate) fn nodes(&self) -> &[NodeId] {
+        &self.nodes
     }
 
     /// The ids of block `block` if the prompt holds all of them.

@@ -13,7 +13,6 @@ use super::batch::Batch;
 use super::block_pool::BlockPool;
 use super::config::ServingConfig;
 use super::counts::shortfall;
-use super::registration::Registration;
 use super::request::{Prompt, PromptIds, Request, RequestState, RequestView};
 use super::slab::Slab;
 use crate::CoreError;
@@ -68,10 +67,8 @@ pub struct ServingScheduler {
     pub(super) spare: Vec<Vec<usize>>,
     /// Scratch of `schedule` (cache hits) and `update` (ids, tokens, finished).
     pub(super) hits: Vec<usize>,
-    /// The bytes of the block being hashed.
-    pub(super) message: Vec<u8>,
-    /// `update`'s hashing: the blocks its items filled and the bytes of each lane.
-    pub(super) registration: Registration,
+    /// The ids of a block that holds generated tokens, interned.
+    pub(super) ids: Vec<u32>,
     pub(super) sampling: HashSet<u64, DefaultHashBuilder>,
     pub(super) given: HashMap<u64, u32, DefaultHashBuilder>,
     pub(super) finished_set: HashSet<u64, DefaultHashBuilder>,
@@ -108,8 +105,7 @@ impl ServingScheduler {
             num_cached_tokens: 0,
             spare: Vec::new(),
             hits: Vec::new(),
-            message: Vec::new(),
-            registration: Registration::default(),
+            ids: Vec::new(),
             sampling: HashSet::default(),
             given: HashMap::default(),
             finished_set: HashSet::default(),
@@ -279,6 +275,14 @@ impl ServingScheduler {
     }
 
     // ------------------------------------------------------------------ counters
+
+    /// Block contents the prefix cache keeps track of (its content tree's live nodes): for
+    /// tests and memory checks.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn num_content_nodes(&self) -> usize {
+        self.pool.tree().len()
+    }
 
     /// Blocks in the free queue.
     #[must_use]

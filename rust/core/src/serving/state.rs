@@ -94,7 +94,7 @@ impl ServingScheduler {
             num_cached_tokens: self.num_cached_tokens(),
             requests,
             free_queue,
-            block_hashes: self.pool.hashes().collect(),
+            block_hashes: self.pool.hashes(),
         })
     }
 

@@ -18,59 +18,25 @@ struct Room {
 }
 
 /// The longest chain of cached full blocks of `request`, leaving at least one token to
-/// compute, into `hits`. Blocks are found by content where the pool remembers it, by hash
-/// otherwise, hashing only up to the first miss (`message` is scratch).
+/// compute, into `hits`: its blocks' content nodes, interned up to the first miss (they serve
+/// its registration later), each looked up for a registered block (`ids` is scratch).
 fn cached_prefix(
     pool: &mut BlockPool,
     request: &mut Request,
     block_size: usize,
     hits: &mut Vec<usize>,
-    message: &mut Vec<u8>,
+    ids: &mut Vec<u32>,
 ) {
     let most = full_blocks(request.num_tokens() - 1, block_size);
     for block in 0..most {
-        let hit = find_by_content(pool, request, block, block_size)
-            .or_else(|| find_by_hash(pool, request, block, block_size, message));
-        match hit {
+        if request.chain(block + 1, block_size, pool, ids) <= block {
+            break; // an unknown token
+        }
+        match pool.cached(request.node(block)) {
             Some(hit) => hits.push(hit),
             None => break,
         }
     }
-}
-
-/// Prompt block `block`, the next of `request`'s chain, found in `pool` by content without
-/// hashing (see `ContentIndex`); its hash then extends the request's chain.
-fn find_by_content(
-    pool: &BlockPool,
-    request: &mut Request,
-    block: usize,
-    block_size: usize,
-) -> Option<usize> {
-    if block != request.num_hashed() {
-        return None; // hashed before: its lookup by hash costs no hashing
-    }
-    let tokens = request.prompt_block(block, block_size)?;
-    let hit = pool.find_by_content(&request.parent_hash(block), tokens)?;
-    request.push_hash(pool.hash(hit)?);
-    Some(hit)
-}
-
-/// Block `block` of `request` found by its chain hash. A prompt block found this way is
-/// remembered by content: a prefix one request shares is hashed once more, by the first
-/// request that finds it, and then found without hashing (registering a block does not
-/// remember it: most blocks are never looked up, and their copy would cost every step).
-fn find_by_hash(
-    pool: &mut BlockPool,
-    request: &mut Request,
-    block: usize,
-    block_size: usize,
-    message: &mut Vec<u8>,
-) -> Option<usize> {
-    let hit = pool.lookup(&request.hash_at(block, block_size, message)?)?;
-    if let Some(tokens) = request.prompt_block(block, block_size) {
-        pool.remember_content(hit, &request.parent_hash(block), tokens);
-    }
-    Some(hit)
 }
 
 /// The room an admitted `request`'s table is given once it holds `held` blocks with its first
@@ -238,7 +204,7 @@ impl ServingScheduler {
             return false;
         };
         if self.config.prefix_caching {
-            cached_prefix(&mut self.pool, request, block_size, hits, &mut self.message);
+            cached_prefix(&mut self.pool, request, block_size, hits, &mut self.ids);
         }
         let free_hits = hits.iter().filter(|&&b| self.pool.ref_count(b) == 0);
         let free = (self.pool.num_free() - free_hits.count()) as u128;

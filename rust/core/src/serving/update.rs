@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use hashlink::DefaultHashBuilder;
 
 use super::batch::{Batch, BatchItem};
-use super::counts::{ends_block, shortfall};
+use super::counts::{ends_block, full_blocks, shortfall};
 use super::request::Request;
 use super::scheduler::ServingScheduler;
 use crate::CoreError;
@@ -100,6 +100,9 @@ impl ServingScheduler {
         self.finished_out.clear();
         let mut sampled = 0;
         for (item, &slot) in batch.items.iter().zip(&slots) {
+            // Each item is another request's: advancing, hashing and freeing it item by item
+            // registers the same hashes in the same order as pass by pass would (a freed
+            // block keeps its hash, and a block another item can register is not shared).
             let token = if item.samples {
                 sampled += 1;
                 Self::token_of(item.request_id, sampled - 1, token_ids, &self.given)
@@ -122,19 +125,9 @@ impl ServingScheduler {
             // Known before hashing, which does not change it: one look-up of the request.
             let reached = request.num_generated() >= request.max_new_tokens;
             if filled && self.config.prefix_caching {
-                self.note_filled(item, slot);
+                self.hash_blocks(item, slot);
             }
-            let id = item.request_id;
-            if reached || (!self.finished_set.is_empty() && self.finished_set.contains(&id)) {
-                self.finished_out.push(id);
-            }
-        }
-        // Every item is another request's, and a freed block keeps its hash (update allocates
-        // none): hashing all items, then freeing the finished ones in item order, gives the
-        // blocks and the free queue what handling each item in turn would.
-        self.register_filled();
-        for at in 0..self.finished_out.len() {
-            let _ = self.forget(self.finished_out[at]);
+            self.finish_item(item.request_id, reached);
         }
         self.sealed = Some(batch);
         for &id in finished {
@@ -143,6 +136,14 @@ impl ServingScheduler {
             }
         }
         self.item_slots = slots;
+        if self.pool.wants_collect() {
+            // Content nodes no request's chain and no registered block needs any more.
+            let used = self
+                .requests
+                .values()
+                .flat_map(|r| r.nodes().iter().copied());
+            self.pool.collect(used);
+        }
         self.pending = false;
         self.aborted_pending.clear();
         self.given.clear();
@@ -205,6 +206,38 @@ impl ServingScheduler {
             TokenIds::None => None,
             TokenIds::Aligned(ids) => ids.get(sampled).copied(),
             TokenIds::ByRequest(_) => given.get(&request_id).copied(),
+        }
+    }
+
+    /// Register the blocks `item` filled in the prefix cache, while its request's chain of
+    /// known tokens lasts.
+    fn hash_blocks(&mut self, item: &BatchItem, slot: usize) {
+        let block_size = self.config.block_size;
+        let Some(request) = self.requests.at_mut(slot) else {
+            return;
+        };
+        let first = full_blocks(item.start, block_size);
+        let end = full_blocks(item.start + item.tokens as u128, block_size);
+        let end = end.min(request.table.len());
+        if end <= first || request.hashable_blocks(block_size) <= first {
+            // Filled no block (most decodes), or no block it fills can be hashed (the
+            // chain stopped at an unknown token: an int prompt, say).
+            return;
+        }
+        let registered = request.chain(end, block_size, &mut self.pool, &mut self.ids);
+        for block in first..registered {
+            self.pool
+                .register(request.table[block], request.node(block));
+        }
+    }
+
+    /// Free and forget request `id` if it `reached` its `max_new_tokens` or was named
+    /// finished (in the order `update` returns them).
+    fn finish_item(&mut self, id: u64, reached: bool) {
+        let named = !self.finished_set.is_empty() && self.finished_set.contains(&id);
+        if reached || named {
+            self.finished_out.push(id);
+            let _ = self.forget(id);
         }
     }
 }
