@@ -271,10 +271,9 @@ fn chain_hashes(prompt: &[u32], block_size: usize) -> Vec<BlockHash> {
         .collect()
 }
 
-/// `update` extends up to four requests' hash chains together; chains of 1 to 6 blocks in
-/// one step (lanes finish at different times, a fifth chain waits for a lane) must still be
-/// the chains, registered in item order: of two equal prompts computed in the same step,
-/// the first item's blocks get the hashes and the second's stay unhashed.
+/// Six prompts of 1 to 6 blocks computed in one step: every block is registered under its
+/// chain hash, in item order, so of two equal prompts the first item's blocks get the hashes
+/// and the second's stay unhashed.
 #[test]
 fn chains_hashed_side_by_side_are_registered_in_item_order() {
     let mut s = sched(ServingConfig {
