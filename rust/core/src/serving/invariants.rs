@@ -34,15 +34,10 @@ impl ServingScheduler {
                 }
                 *owners.entry(block).or_default() += 1;
             }
-            let mut ids = Vec::new();
-            request.tokens(&mut ids);
-            let chain = (request.nodes().iter()).zip(ids.chunks(block_size));
-            for (block, (&node, ids)) in chain.enumerate() {
+            for (block, &node) in request.nodes().iter().enumerate() {
                 let parent = block.checked_sub(1).map(|before| request.node(before));
-                let ids: Option<Vec<u32>> = ids.iter().copied().collect();
-                let found =
-                    ids.and_then(|ids| self.pool.tree().find(parent, request.cache_salt, &ids));
-                if found != Some(node) {
+                let ids = request.block_ids(block, block_size);
+                if self.pool.tree().find(parent, request.cache_salt, &ids) != Some(node) {
                     return Err(format!(
                         "request {id}'s block {block} has another content node"
                     ));

@@ -249,6 +249,11 @@ impl Request {
         self.nodes.len().min(blocks)
     }
 
+    /// The known ids of block `block` (all of them for a block its chain reached).
+    pub(crate) fn block_ids(&self, block: usize, block_size: usize) -> Vec<u32> {
+        self.known_tokens(block * block_size, block_size).collect()
+    }
+
     /// The content node of block `block`, which [`chain`](Self::chain) reached.
     pub(crate) fn node(&self, block: usize) -> NodeId {
         self.nodes[block]

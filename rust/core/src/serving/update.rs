@@ -125,7 +125,7 @@ impl ServingScheduler {
             // Known before hashing, which does not change it: one look-up of the request.
             let reached = request.num_generated() >= request.max_new_tokens;
             if filled && self.config.prefix_caching {
-                self.hash_blocks(item, slot);
+                self.register_blocks(item, slot);
             }
             self.finish_item(item.request_id, reached);
         }
@@ -211,7 +211,7 @@ impl ServingScheduler {
 
     /// Register the blocks `item` filled in the prefix cache, while its request's chain of
     /// known tokens lasts.
-    fn hash_blocks(&mut self, item: &BatchItem, slot: usize) {
+    fn register_blocks(&mut self, item: &BatchItem, slot: usize) {
         let block_size = self.config.block_size;
         let Some(request) = self.requests.at_mut(slot) else {
             return;
