@@ -22,9 +22,9 @@ use super::hash::BlockHash;
 
 const NIL: usize = usize::MAX;
 
-/// Content nodes room is made for at the first one (about one per block): a pool of up to
-/// this many blocks never rehashes while its cache fills, which took a tenth of a step's time
-/// while a cache warmed up, and a larger pool reserves a few MB, not its size.
+/// Content-table entries reserved at the first content (about one per block): a pool of up
+/// to this many blocks never rehashes while its cache fills, which took a tenth of a step's
+/// time while a cache warmed up, and a larger pool reserves under 1 MB, not its size.
 pub(crate) const PRESIZED_BLOCKS: usize = 1 << 16;
 
 /// How a block is registered in the prefix cache.

@@ -7,8 +7,9 @@
 //! a block's ids under its parent node (the first block's under its salt), found by a
 //! fingerprint and checked by comparison, so one node stands for one content and one hash.
 //! "Is this hash registered?" becomes "does this node have a block?", with no hash computed.
-//! A node's hash is computed when it is first asked for (an exported state, a pool restored
-//! from one, whose blocks are known by hash alone) and kept.
+//! A node's hash is computed only when asked for: by an exported state (each once per export),
+//! or to match the blocks of a pool restored from one, which are known by hash alone (then it
+//! is kept).
 //!
 //! Nodes live while a request's chain or a registered block refers to them (and so do their
 //! ancestors); [`collect`](ContentTree::collect) frees the others once the tree has doubled
@@ -60,7 +61,7 @@ pub(crate) struct ContentTree {
     fingerprint: DefaultHashBuilder,
     free: Vec<NodeId>,
     block_size: usize,
-    /// Nodes room is made for at the first one (see [`PRESIZED_BLOCKS`]).
+    /// Table entries reserved at the first node (see [`PRESIZED_BLOCKS`]).
     presized: usize,
     /// Collect when this many nodes are live.
     collect_at: usize,
@@ -125,10 +126,6 @@ impl ContentTree {
         if let Some(&id) = table.find(fingerprint, same) {
             return id;
         }
-        if nodes.capacity() == 0 {
-            nodes.reserve(self.presized);
-            tokens.reserve(self.presized * *block_size);
-        }
         let node = Node {
             parent,
             salt,
@@ -159,6 +156,7 @@ impl ContentTree {
             )
         };
         if table.capacity() == 0 {
+            // Growing the table would fingerprint every node again; the vectors only copy.
             table.reserve(self.presized, rehash);
         }
         table.insert_unique(fingerprint, id, rehash);
