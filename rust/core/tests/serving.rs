@@ -275,7 +275,7 @@ fn chain_hashes(prompt: &[u32], block_size: usize) -> Vec<BlockHash> {
 /// chain hash, in item order, so of two equal prompts the first item's blocks get the hashes
 /// and the second's stay unhashed.
 #[test]
-fn chains_hashed_side_by_side_are_registered_in_item_order() {
+fn blocks_computed_in_one_step_are_registered_in_item_order() {
     let mut s = sched(ServingConfig {
         token_budget: 128,
         chunk_size: 32,
