@@ -22,11 +22,6 @@ use super::hash::BlockHash;
 
 const NIL: usize = usize::MAX;
 
-/// Content-table entries reserved at the first content (about one per block): a pool of up
-/// to this many blocks never rehashes while its cache fills, which took a tenth of a step's
-/// time while a cache warmed up, and a larger pool reserves under 1 MB, not its size.
-pub(crate) const PRESIZED_BLOCKS: usize = 1 << 16;
-
 /// How a block is registered in the prefix cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Registration {

@@ -21,7 +21,6 @@ use std::hash::BuildHasher;
 use hashbrown::HashTable;
 use hashlink::DefaultHashBuilder;
 
-use super::block_pool::PRESIZED_BLOCKS;
 use super::hash::{block_message_of, hash_message, root_hash, BlockHash};
 use super::request::with_room;
 
@@ -33,6 +32,11 @@ const NO_BLOCK: usize = usize::MAX;
 
 /// `Node::parent` of a first block, which chains on its salt.
 const ROOT: NodeId = NodeId::MAX;
+
+/// Content-table entries reserved at the first content (about one per block): a pool of up
+/// to this many blocks never rehashes while its cache fills, which took a tenth of a step's
+/// time while a cache warmed up, and a larger pool reserves under 1 MB, not its size.
+const PRESIZED_BLOCKS: usize = 1 << 16;
 
 /// Collections wait until the tree holds at least this many nodes.
 const MIN_COLLECT: usize = 4096;
@@ -101,8 +105,16 @@ impl ContentTree {
     /// `salt`), if the tree holds it.
     pub(crate) fn find(&self, parent: Option<NodeId>, salt: u64, ids: &[u32]) -> Option<NodeId> {
         let (parent, salt) = key(parent, salt);
-        let fingerprint = self.fingerprint(parent, salt, ids);
-        let same = |&id: &NodeId| self.is(id, parent, salt, ids);
+        self.lookup(self.fingerprint(parent, salt, ids), parent, salt, ids)
+    }
+
+    /// The node with this stored key and ids, whose fingerprint is `fingerprint`.
+    #[inline]
+    fn lookup(&self, fingerprint: u64, parent: NodeId, salt: u64, ids: &[u32]) -> Option<NodeId> {
+        let same = |&id: &NodeId| {
+            let node = &self.nodes[id as usize];
+            node.parent == parent && node.salt == salt && self.ids(id) == ids
+        };
         self.table.find(fingerprint, same).copied()
     }
 
@@ -110,6 +122,10 @@ impl ContentTree {
     pub(crate) fn intern(&mut self, parent: Option<NodeId>, salt: u64, ids: &[u32]) -> NodeId {
         let (parent, salt) = key(parent, salt);
         let fingerprint = self.fingerprint(parent, salt, ids);
+        if let Some(id) = self.lookup(fingerprint, parent, salt, ids) {
+            return id;
+        }
+        // Split borrows: the table grows while its entries are fingerprinted from the nodes.
         let Self {
             nodes,
             tokens,
@@ -119,13 +135,6 @@ impl ContentTree {
             block_size,
             ..
         } = self;
-        let same = |&id: &NodeId| {
-            let node = &nodes[id as usize];
-            node.parent == parent && node.salt == salt && tokens_of(tokens, *block_size, id) == ids
-        };
-        if let Some(&id) = table.find(fingerprint, same) {
-            return id;
-        }
         let node = Node {
             parent,
             salt,
@@ -176,20 +185,12 @@ impl ContentTree {
 
     /// `node`'s chain hash, computed (with its ancestors') the first time and kept.
     pub(crate) fn hash(&mut self, node: NodeId) -> BlockHash {
-        let mut message = Vec::new();
-        let mut pending = Vec::new();
-        let mut at = node;
-        while at != ROOT && self.nodes[at as usize].hash.is_none() {
-            pending.push(at);
-            at = self.nodes[at as usize].parent;
-        }
-        for &id in pending.iter().rev() {
-            let hash = self.computed_hash(id, &mut message);
+        let mut computed = HashMap::new();
+        let hash = self.hash_with(node, &mut computed);
+        for (id, hash) in computed {
             self.nodes[id as usize].hash = Some(hash);
         }
-        self.nodes[node as usize]
-            .hash
-            .unwrap_or_else(|| self.computed_hash(node, &mut message))
+        hash
     }
 
     /// `node`'s chain hash for a read-only caller: the hashes it computes go to `known`
@@ -221,17 +222,6 @@ impl ContentTree {
             known.insert(id, parent);
         }
         parent
-    }
-
-    /// The hash of `node` from its parent's, which is known (or the root's).
-    fn computed_hash(&self, node: NodeId, message: &mut Vec<u8>) -> BlockHash {
-        let this = &self.nodes[node as usize];
-        let parent = match this.parent {
-            ROOT => root_hash(this.salt),
-            parent => self.nodes[parent as usize].hash.unwrap_or_default(),
-        };
-        block_message_of(&parent, self.ids(node), message);
-        hash_message(message)
     }
 
     /// Live nodes.
@@ -276,7 +266,6 @@ impl ContentTree {
             entry.remove();
         }
         self.nodes[id as usize].live = false;
-        self.nodes[id as usize].block = NO_BLOCK;
         self.free.push(id);
     }
 
@@ -312,11 +301,6 @@ impl ContentTree {
 
     fn ids(&self, id: NodeId) -> &[u32] {
         tokens_of(&self.tokens, self.block_size, id)
-    }
-
-    fn is(&self, id: NodeId, parent: NodeId, salt: u64, ids: &[u32]) -> bool {
-        let node = &self.nodes[id as usize];
-        node.parent == parent && node.salt == salt && self.ids(id) == ids
     }
 
     fn fingerprint(&self, parent: NodeId, salt: u64, ids: &[u32]) -> u64 {
