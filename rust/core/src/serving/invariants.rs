@@ -3,7 +3,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::counts::{blocks_for, shortfall};
-use super::request::RequestState;
+use super::request::{Request, RequestState};
 use super::scheduler::{Entry, ServingScheduler};
 
 impl ServingScheduler {
@@ -26,52 +26,9 @@ impl ServingScheduler {
         }
         let mut running = 0;
         for request in self.requests.values() {
-            let id = request.id;
-            let mut seen = HashSet::new();
-            for &block in &request.table {
-                if !seen.insert(block) {
-                    return Err(format!("request {id} holds block {block} twice"));
-                }
-                *owners.entry(block).or_default() += 1;
-            }
-            for (block, &node) in request.nodes().iter().enumerate() {
-                let parent = block.checked_sub(1).map(|before| request.node(before));
-                let ids = request.block_ids(block, block_size);
-                if self.pool.tree().find(parent, request.cache_salt, &ids) != Some(node) {
-                    return Err(format!(
-                        "request {id}'s block {block} has another content node"
-                    ));
-                }
-            }
-            let tokens = planned.get(&id).copied().unwrap_or(0) as u128;
-            let want = blocks_for(request.num_computed + tokens, block_size);
-            match request.state {
-                RequestState::Running => {
-                    running += 1;
-                    if request.table.len() != want {
-                        return Err(format!(
-                            "request {id} holds {} blocks, not {want}",
-                            request.table.len()
-                        ));
-                    }
-                    if request.num_computed + tokens > request.num_tokens()
-                        || (tokens == 0 && request.num_computed >= request.num_tokens())
-                    {
-                        return Err(format!("request {id} computed past its tokens"));
-                    }
-                    if !self.running.iter().any(|&(rank, _)| rank == request.rank()) {
-                        return Err(format!("running request {id} not in the running list"));
-                    }
-                }
-                RequestState::Waiting => {
-                    if !request.table.is_empty() || request.num_computed != 0 || tokens != 0 {
-                        return Err(format!("waiting request {id} holds blocks or work"));
-                    }
-                }
-            }
-            if request.num_generated() >= request.max_new_tokens {
-                return Err(format!("request {id} should have finished"));
-            }
+            let tokens = planned.get(&request.id).copied().unwrap_or(0) as u128;
+            self.check_request(request, tokens, &mut owners)?;
+            running += usize::from(request.state == RequestState::Running);
         }
         if running != self.running.len() || self.running.len() > self.config.max_running {
             return Err("running list and running requests disagree".into());
@@ -104,5 +61,60 @@ impl ServingScheduler {
             }
         }
         self.pool.check(&owners)
+    }
+
+    /// The invariants of one tracked request, with `tokens` planned for it in the pending
+    /// batch; counts the blocks it holds into `owners`.
+    fn check_request(
+        &self,
+        request: &Request,
+        tokens: u128,
+        owners: &mut HashMap<usize, usize>,
+    ) -> Result<(), String> {
+        let (id, block_size) = (request.id, self.config.block_size);
+        let mut seen = HashSet::new();
+        for &block in &request.table {
+            if !seen.insert(block) {
+                return Err(format!("request {id} holds block {block} twice"));
+            }
+            *owners.entry(block).or_default() += 1;
+        }
+        for (block, &node) in request.nodes().iter().enumerate() {
+            let parent = block.checked_sub(1).map(|before| request.node(before));
+            let ids = request.block_ids(block, block_size);
+            if self.pool.tree().find(parent, request.cache_salt, &ids) != Some(node) {
+                return Err(format!(
+                    "request {id}'s block {block} has another content node"
+                ));
+            }
+        }
+        let want = blocks_for(request.num_computed + tokens, block_size);
+        match request.state {
+            RequestState::Running => {
+                if request.table.len() != want {
+                    return Err(format!(
+                        "request {id} holds {} blocks, not {want}",
+                        request.table.len()
+                    ));
+                }
+                if request.num_computed + tokens > request.num_tokens()
+                    || (tokens == 0 && request.num_computed >= request.num_tokens())
+                {
+                    return Err(format!("request {id} computed past its tokens"));
+                }
+                if !self.running.iter().any(|&(rank, _)| rank == request.rank()) {
+                    return Err(format!("running request {id} not in the running list"));
+                }
+            }
+            RequestState::Waiting => {
+                if !request.table.is_empty() || request.num_computed != 0 || tokens != 0 {
+                    return Err(format!("waiting request {id} holds blocks or work"));
+                }
+            }
+        }
+        if request.num_generated() >= request.max_new_tokens {
+            return Err(format!("request {id} should have finished"));
+        }
+        Ok(())
     }
 }
