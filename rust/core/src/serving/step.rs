@@ -115,8 +115,12 @@ impl ServingScheduler {
     /// items is tried (and given back). A step too large fails with
     /// [`CoreError::OutOfMemory`], the scheduler as it was.
     fn reserve_step(&mut self) -> Result<(), CoreError> {
-        self.reserve_tables()?;
         let blocks = self.step_bound();
+        // An ordinary step costs no pass over the running requests: its tables grow by at
+        // most a few hundred kilobytes of ids in all.
+        if blocks > ORDINARY_STEP {
+            self.reserve_tables()?;
+        }
         let too_big = || CoreError::OutOfMemory {
             what: format!("schedule(): a step of up to {blocks} KV blocks"),
         };
