@@ -59,6 +59,14 @@ def one_line(message: str) -> str:
     return " ".join(message.split())
 
 
+def memory_message(err: MemoryError) -> str:
+    """The CLI's line for a run that does not fit in memory: the core names what was too big
+    (``request 0's prompt of ... token ids does not fit in memory``); Python's own
+    ``MemoryError`` usually says nothing, so the line says what happened."""
+    text = one_line(str(err))
+    return text or "the run does not fit in memory (MemoryError)"
+
+
 def show(text: str, limit: int = 60) -> str:
     """``repr(text)``, shortened in the middle when it is long (a 5 000-digit number)."""
     if len(text) <= limit:

@@ -23,6 +23,7 @@ from .._args import (
     float_flag,
     int_flag,
     list_of,
+    memory_message,
     one_line,
     show,
 )
@@ -641,6 +642,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     except (UsageError, TraceError, ProfileError, ValueError) as err:
         print(f"{PROG}: error: {one_line(str(err))}", file=sys.stderr)
+        return 2
+    except MemoryError as err:  # the run needs more memory than there is
+        print(f"{PROG}: error: {memory_message(err)}", file=sys.stderr)
         return 2
     except PlotUnavailable:
         hint = f"argument --plot: needs matplotlib; {PLOT_HINT}"

@@ -20,7 +20,15 @@ from collections.abc import Iterator, Sequence
 from types import FrameType
 from typing import Any, NoReturn
 
-from .._args import UsageError, float_flag, int_flag, list_of, one_line, show
+from .._args import (
+    UsageError,
+    float_flag,
+    int_flag,
+    list_of,
+    memory_message,
+    one_line,
+    show,
+)
 from .cli import (
     DEFAULT_MAX_STEPS,
     MIN_RATE,
@@ -221,6 +229,8 @@ def run(args: argparse.Namespace) -> int:
         message = f"argument --max-steps: {err}; raise --max-steps (now {err.limit})"
     except (UsageError, TraceError, ProfileError, ValueError) as err:
         message = str(err)
+    except MemoryError as err:  # a probe, here or in a worker, needs more than there is
+        message = memory_message(err)
     except PlotUnavailable:
         message = f"argument --plot: needs matplotlib; {PLOT_HINT}"
     except (OSError, ConnectionError) as err:

@@ -179,6 +179,12 @@ pub enum CoreError {
         /// The pending batch.
         step_index: u128,
     },
+    /// What a call would build does not fit in memory (a fallible allocation failed); the
+    /// call changed nothing. The binding raises `MemoryError`.
+    OutOfMemory {
+        /// What was too big (`a step of 1073741824 KV blocks`).
+        what: String,
+    },
     /// A restored serving state breaks one of the scheduler's invariants.
     StateRule {
         /// Where (`requests[2].block_table`).
@@ -320,6 +326,7 @@ impl fmt::Display for CoreError {
                 f,
                 "to_state() called while batch {step_index} awaits update()"
             ),
+            Self::OutOfMemory { what } => write!(f, "{what} does not fit in memory"),
             Self::StateRule { path, message } => write!(f, "{path}: {message}"),
         }
     }

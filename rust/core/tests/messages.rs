@@ -237,6 +237,13 @@ fn every_core_error_renders_its_table_message() {
                 ("message", "holds 2 blocks, not 1".into()),
             ],
         ),
+        (
+            CoreError::OutOfMemory {
+                what: "schedule(): a step of 8 KV blocks".into(),
+            },
+            "out_of_memory",
+            vec![("what", "schedule(): a step of 8 KV blocks".into())],
+        ),
     ];
     for (err, key, fields) in cases {
         assert_eq!(err.to_string(), render(key, &fields), "{key}");

@@ -4,14 +4,16 @@
 //! rejected (with the shared table's message) the same way wherever it is passed.
 
 use chunked_prefill::CoreError;
-use pyo3::exceptions::{PyKeyError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{
+    PyKeyError, PyMemoryError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyTuple, PyType};
 
 /// The one mapping of core errors to Python exceptions: an unknown id is a `KeyError`, a
 /// call out of turn with the pending batch (`schedule`, `update`, `to_state`) a
-/// `RuntimeError`, every other rejected input a `ValueError`; the message is the core's (the
-/// table's).
+/// `RuntimeError`, what does not fit in memory a `MemoryError`, every other rejected input a
+/// `ValueError`; the message is the core's (the table's).
 pub(crate) fn core_err(err: CoreError) -> PyErr {
     match err {
         CoreError::UnknownRequest { .. } => PyKeyError::new_err(err.to_string()),
@@ -19,6 +21,7 @@ pub(crate) fn core_err(err: CoreError) -> PyErr {
         | CoreError::BatchNotPending { .. }
         | CoreError::BatchStale { .. }
         | CoreError::StateBatchPending { .. } => PyRuntimeError::new_err(err.to_string()),
+        CoreError::OutOfMemory { .. } => PyMemoryError::new_err(err.to_string()),
         _ => PyValueError::new_err(err.to_string()),
     }
 }

@@ -4,11 +4,11 @@
 //! request or per step; the run itself releases the GIL.
 
 use chunked_prefill::sim::{
-    run_fleet, EngineModel, Fleet, Outcome, Roofline, Router, SimOptions, StepModel, TokenPlan,
-    Workload,
+    run_fleet, EngineModel, Fleet, Outcome, Roofline, Router, SimError, SimOptions, StepModel,
+    TokenPlan, Workload,
 };
 use chunked_prefill::ServingConfig;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
@@ -136,7 +136,10 @@ pub(crate) fn simulate_serving<'py>(
     };
     let outcome = py
         .detach(|| run_fleet(&workload, &options, &fleet))
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        .map_err(|e| match e {
+            SimError::OutOfMemory { .. } => PyMemoryError::new_err(e.to_string()),
+            _ => PyValueError::new_err(e.to_string()),
+        })?;
     outcome_dict(py, &outcome)
 }
 

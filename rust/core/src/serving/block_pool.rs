@@ -13,7 +13,7 @@
 //! freed to its head (`front`) and those freed to its tail (`back`). A pool of any size thus
 //! costs memory only for the blocks that were ever used.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, TryReserveError};
 
 use hashlink::DefaultHashBuilder;
 
@@ -90,6 +90,22 @@ impl BlockPool {
             by_hash: HashMap::default(),
             tree: ContentTree::new(num_blocks, block_size),
         }
+    }
+
+    /// Make room for `blocks` more blocks to be touched (at most the untouched ones), or
+    /// fail without changing anything: a step's allocation never aborts the process.
+    pub(crate) fn try_reserve_fresh(&mut self, blocks: usize) -> Result<(), TryReserveError> {
+        let untouched = self.num_blocks - self.fresh;
+        let spare = self.blocks.capacity() - self.blocks.len();
+        match blocks.min(untouched).checked_sub(spare) {
+            Some(more) if more > 0 => self.blocks.try_reserve(more),
+            _ => Ok(()),
+        }
+    }
+
+    /// Blocks ever taken from the untouched ones (each has a record).
+    pub(crate) fn touched(&self) -> usize {
+        self.fresh
     }
 
     /// Blocks in the free queue.
@@ -241,24 +257,23 @@ impl BlockPool {
 
     /// A pool rebuilt from an export: `held[id]` owners per block (touched for all ids), the
     /// free queue head first, and the registered hashes. The caller has checked that they are
-    /// consistent. The export has no token ids: its blocks are found by hash alone.
+    /// consistent. The export has no token ids: its blocks are found by hash alone. Fails,
+    /// rather than aborting, when the pool's records do not fit in memory.
     pub(crate) fn restore(
         held: &[usize],
         block_size: usize,
         free_queue: &[usize],
         hashes: &[(usize, BlockHash)],
-    ) -> Self {
+    ) -> Result<Self, TryReserveError> {
         let mut pool = Self::new(held.len(), block_size);
-        pool.blocks = held
-            .iter()
-            .map(|&ref_count| Block {
-                ref_count,
-                registration: Registration::None,
-                prev: NIL,
-                next: NIL,
-                in_back: false,
-            })
-            .collect();
+        pool.blocks.try_reserve_exact(held.len())?;
+        pool.blocks.extend(held.iter().map(|&ref_count| Block {
+            ref_count,
+            registration: Registration::None,
+            prev: NIL,
+            next: NIL,
+            in_back: false,
+        }));
         pool.fresh = held.len();
         for &(id, hash) in hashes {
             pool.by_hash.insert(hash, id);
@@ -267,7 +282,7 @@ impl BlockPool {
         for &id in free_queue {
             pool.push_back(id);
         }
-        pool
+        Ok(pool)
     }
 
     fn walk(&self, head: usize) -> impl Iterator<Item = usize> + '_ {

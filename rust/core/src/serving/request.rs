@@ -59,10 +59,11 @@ pub struct RequestView {
 }
 
 /// The prompt as stored: ids, or a count of unknown tokens. The ids never change once
-/// added, so copies of a scheduler share them.
+/// added, so copies of a scheduler share them. They stay in the vector `add_request` was
+/// given (an `Arc<[u32]>` would copy them, a second prompt's worth of memory at once).
 #[derive(Debug, Clone)]
 pub(crate) enum PromptIds {
-    Known(Arc<[u32]>),
+    Known(Arc<Vec<u32>>),
     Unknown(u64),
 }
 

@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::block_pool::BlockPool;
 use super::hash::BlockHash;
 use super::request::{PromptIds, Request, RequestState};
 use super::scheduler::ServingScheduler;
@@ -219,19 +220,21 @@ impl ServingScheduler {
         }
 
         // Every block is free or held: the pool is exactly as large as the state.
-        let owners: Vec<usize> = (0..num_blocks)
-            .map(|b| held.get(&b).copied().unwrap_or(0))
-            .collect();
+        let too_big = || CoreError::OutOfMemory {
+            what: format!("from_state(): a pool of {num_blocks} KV blocks"),
+        };
+        let mut owners: Vec<usize> = Vec::new();
+        owners
+            .try_reserve_exact(num_blocks)
+            .map_err(|_| too_big())?;
+        owners.extend((0..num_blocks).map(|b| held.get(&b).copied().unwrap_or(0)));
+        let pool = BlockPool::restore(&owners, config.block_size, &free_queue, &block_hashes)
+            .map_err(|_| too_big())?;
         let requests = (requests.into_iter().enumerate())
             .map(|(seq, record)| Request::restore(record, seq as u64));
         scheduler.restore(
             requests,
-            super::block_pool::BlockPool::restore(
-                &owners,
-                config.block_size,
-                &free_queue,
-                &block_hashes,
-            ),
+            pool,
             [step_index, num_preemptions, num_cached_tokens],
         );
         Ok(scheduler)

@@ -11,6 +11,10 @@ use super::request::{Request, RequestState};
 use super::scheduler::ServingScheduler;
 use crate::CoreError;
 
+/// A step that may allocate at most this many blocks is planned without a reservation: its
+/// ids take a few hundred kilobytes, ordinary allocations.
+const ORDINARY_STEP: usize = 1 << 14;
+
 /// What a step still has room for while it is planned.
 struct Room {
     budget: usize,
@@ -83,6 +87,7 @@ impl ServingScheduler {
                 step_index: self.sealed_step(),
             });
         }
+        self.reserve_step()?;
         self.recycle_batch();
         self.batch.step_index = self.step_index;
         self.step_index += 1;
@@ -103,6 +108,110 @@ impl ServingScheduler {
         std::mem::swap(Arc::make_mut(&mut sealed), &mut self.batch);
         self.sealed = Some(sealed);
         Ok(())
+    }
+
+    /// Make sure the blocks this step may allocate fit in memory before anything changes:
+    /// their pool records are reserved, and the room their ids take in block tables and
+    /// items is tried (and given back). A step too large fails with
+    /// [`CoreError::OutOfMemory`], the scheduler as it was.
+    fn reserve_step(&mut self) -> Result<(), CoreError> {
+        let blocks = self.step_bound();
+        // An ordinary step costs no pass over the running requests: its tables grow by at
+        // most a few hundred kilobytes of ids in all.
+        if blocks > ORDINARY_STEP {
+            self.reserve_tables()?;
+        }
+        let too_big = || CoreError::OutOfMemory {
+            what: format!("schedule(): a step of up to {blocks} KV blocks"),
+        };
+        // The pool's records grow a step at a time too, doubling at their capacity.
+        if self.pool.try_reserve_fresh(blocks).is_err() {
+            if blocks > ORDINARY_STEP {
+                return Err(too_big());
+            }
+            let touched = self.pool.touched();
+            return Err(CoreError::OutOfMemory {
+                what: format!("schedule(): a pool record for each of {touched} KV blocks in use"),
+            });
+        }
+        if blocks <= ORDINARY_STEP {
+            return Ok(());
+        }
+        // Each id lands in its item's `new_blocks` and its request's table, which an
+        // admission gives room for twice the blocks it holds (see `table_room`).
+        let mut ids: Vec<usize> = Vec::new();
+        ids.try_reserve_exact(blocks.saturating_mul(3))
+            .map_err(|_| too_big())?;
+        Ok(())
+    }
+
+    /// Give each running request's block table room for the blocks its next item can take
+    /// (a table that grows a step at a time doubles at its capacity, by then a large
+    /// allocation of its own).
+    fn reserve_tables(&mut self) -> Result<(), CoreError> {
+        let (bs, chunk_size) = (self.config.block_size, self.config.chunk_size);
+        let budget = self.config.token_budget;
+        for &(_, slot) in &self.running {
+            let Some(request) = self.requests.at_mut(slot) else {
+                continue;
+            };
+            let spare = request.table.capacity() - request.table.len();
+            let tokens = chunk(request.left(), chunk_size, budget);
+            let need = blocks_for(request.num_computed + tokens as u128, bs)
+                .saturating_sub(request.table.len());
+            if need > spare {
+                let id = request.id;
+                let len = request.table.len().saturating_add(need);
+                request
+                    .table
+                    .try_reserve(need)
+                    .map_err(|_| CoreError::OutOfMemory {
+                        what: format!(
+                            "schedule(): the block table of request_id {id} ({len} blocks)"
+                        ),
+                    })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// At least the blocks the next step can allocate: every token of the budget in blocks
+    /// of its own plus one partial block per item, and, when that is large, the sum over
+    /// the running requests and the admissions the step allows of what each can take.
+    /// Cache hits are not counted: they are blocks the pool already holds.
+    fn step_bound(&self) -> usize {
+        let config = &self.config;
+        let bs = config.block_size;
+        let per_item = config.chunk_size.min(config.token_budget).div_ceil(bs) + 1;
+        let admissions = (config.max_prefills_per_step)
+            .min(config.max_running.saturating_sub(self.running.len()))
+            .min(self.num_waiting);
+        let items = self.running.len().saturating_add(admissions);
+        let coarse = config.token_budget.div_ceil(bs).saturating_add(items);
+        if coarse <= ORDINARY_STEP {
+            return coarse;
+        }
+        // Rare (budgets of millions of tokens in small blocks): look at the requests.
+        let mut running = 0_usize;
+        for &(_, slot) in &self.running {
+            if let Some(request) = self.requests.at(slot) {
+                let tokens = chunk(request.left(), config.chunk_size, config.token_budget);
+                let end = request.num_computed + tokens as u128;
+                let need = blocks_for(end, bs).saturating_sub(request.table.len());
+                running = running.saturating_add(need);
+            }
+        }
+        let (mut waiting_sum, mut waiting_most) = (0_usize, 0_usize);
+        if admissions > 0 {
+            let waiting = self.requests.values();
+            for request in waiting.filter(|r| r.state == RequestState::Waiting) {
+                let need = blocks_for(request.num_tokens(), bs).min(per_item);
+                waiting_sum = waiting_sum.saturating_add(need);
+                waiting_most = waiting_most.max(need);
+            }
+        }
+        let admitted = admissions.saturating_mul(waiting_most).min(waiting_sum);
+        coarse.min(running.saturating_add(admitted))
     }
 
     /// Pass 1: each decode, in rank order, gets 1 token (and a block when its last one is

@@ -1,5 +1,7 @@
 //! [`Outcome`]: what a run records, as plain arrays the caller summarises.
 
+use std::collections::TryReserveError;
+
 /// The most points of the KV-usage series before it is thinned (every other point dropped
 /// and the recording stride doubled), so a run of any length keeps between
 /// `KV_SERIES_CAP / 2` and `KV_SERIES_CAP` points.
@@ -54,20 +56,23 @@ pub struct Outcome {
 
 impl Outcome {
     /// Empty records for `n` requests.
-    #[must_use]
-    pub fn new(n: usize) -> Self {
-        Self {
-            admitted: vec![f64::NAN; n],
-            first_token: vec![f64::NAN; n],
-            finish: vec![f64::NAN; n],
-            max_gap: vec![0.0; n],
-            cached_tokens: vec![0; n],
-            preemptions: vec![0; n],
-            recomputed_tokens: vec![0; n],
-            replica: vec![0; n],
+    ///
+    /// # Errors
+    ///
+    /// When they do not fit in memory (`n` comes from the caller's workload).
+    pub fn try_new(n: usize) -> Result<Self, TryReserveError> {
+        Ok(Self {
+            admitted: filled(n, f64::NAN)?,
+            first_token: filled(n, f64::NAN)?,
+            finish: filled(n, f64::NAN)?,
+            max_gap: filled(n, 0.0)?,
+            cached_tokens: filled(n, 0)?,
+            preemptions: filled(n, 0)?,
+            recomputed_tokens: filled(n, 0)?,
+            replica: filled(n, 0)?,
             kv_stride: 1,
             ..Self::default()
-        }
+        })
     }
 
     /// The KV figures of the step just run: `used` blocks of its replica held for
@@ -91,6 +96,14 @@ impl Outcome {
             }
         }
     }
+}
+
+/// `n` copies of `value`, or the allocation's failure.
+fn filled<T: Clone>(n: usize, value: T) -> Result<Vec<T>, TryReserveError> {
+    let mut values = Vec::new();
+    values.try_reserve_exact(n)?;
+    values.resize(n, value);
+    Ok(values)
 }
 
 /// Keep the points at even positions.

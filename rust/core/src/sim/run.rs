@@ -18,6 +18,7 @@ use super::router::{outstanding, Fleet, Router};
 use super::step::StepModel;
 use super::workload::Workload;
 use crate::serving::{Prompt, ServingConfig, ServingScheduler, TokenIds};
+use crate::CoreError;
 
 /// What a run needs beside the workload.
 #[derive(Debug, Clone)]
@@ -56,6 +57,12 @@ pub enum SimError {
         /// Requests in the workload.
         requests: usize,
     },
+    /// What the run would build does not fit in memory (a prompt's token ids, the
+    /// per-request records); nothing ran past it.
+    OutOfMemory {
+        /// What was too big (`request 0's prompt of 1099511627776 token ids`).
+        what: String,
+    },
     /// The run reached `max_steps`.
     StepLimit {
         /// The limit.
@@ -83,6 +90,7 @@ impl fmt::Display for SimError {
                  {needed} KV blocks at its longest, but the pool has {usable} usable blocks: it \
                  could never run"
             ),
+            Self::OutOfMemory { what } => write!(f, "{what} does not fit in memory"),
             Self::Stalled { done, requests } => write!(
                 f,
                 "no replica can plan a step with {done} of {requests} requests done"
@@ -260,6 +268,18 @@ pub fn run_fleet(
         .map_err(|e| SimError::Config(e.to_string()))?;
     check_fits(workload, &options.config)?;
     let n = workload.len();
+    let records = |_| SimError::OutOfMemory {
+        what: format!("the records of {n} requests"),
+    };
+    let mut tracks = Vec::new();
+    tracks.try_reserve_exact(n).map_err(records)?;
+    tracks.resize(n, Track::default());
+    let out = Outcome::try_new(n).map_err(records)?;
+    let order = workload.try_arrival_order().map_err(records)?;
+    let mut replicas = Vec::new();
+    (replicas.try_reserve_exact(fleet.replicas)).map_err(|_| SimError::OutOfMemory {
+        what: format!("{} replicas", fleet.replicas),
+    })?;
     let replica = Replica {
         sched,
         flight: None,
@@ -272,17 +292,18 @@ pub fn run_fleet(
         engine: options.engine,
         max_steps: options.max_steps,
         router: fleet.router,
-        replicas: (0..fleet.replicas)
-            .map(|_| Replica {
+        replicas: {
+            replicas.extend((0..fleet.replicas).map(|_| Replica {
                 sched: replica.sched.clone(),
                 chunks: Vec::new(),
                 ..replica
-            })
-            .collect(),
-        out: Outcome::new(n),
-        order: workload.arrival_order(),
+            }));
+            replicas
+        },
+        out,
+        order,
         next: 0,
-        tracks: vec![Track::default(); n],
+        tracks,
         gaps: GapRun::default(),
         started: 0,
         fleet_used: 0,
@@ -304,7 +325,7 @@ pub fn run_fleet(
                 sim.complete(r);
             }
         }
-        sim.route_arrived();
+        sim.route_arrived()?;
         for r in 0..sim.replicas.len() {
             let replica = &sim.replicas[r];
             if replica.flight.is_none() && !replica.sched.is_empty() {
@@ -330,23 +351,30 @@ impl Loop<'_> {
     }
 
     /// Route every request that has arrived by now, in arrival order.
-    fn route_arrived(&mut self) {
+    fn route_arrived(&mut self) -> Result<(), SimError> {
         while let Some(&i) = self.order.get(self.next) {
             if self.workload.arrival_s[i] > self.now {
                 break;
             }
-            self.route(i);
+            self.route(i)?;
             self.next += 1;
         }
+        Ok(())
     }
 
     /// Pick request `i`'s replica and add it to that replica's scheduler.
-    fn route(&mut self, i: usize) {
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::OutOfMemory`] when its prompt's token ids do not fit in memory.
+    fn route(&mut self, i: usize) -> Result<(), SimError> {
         let wl = self.workload;
         let (prompt, output) = (wl.prompt_tokens[i], wl.output_tokens[i]);
         let known = wl.tokens.is_known(i);
         if known {
-            wl.tokens.fill(i, prompt, &mut self.ids);
+            (wl.tokens.try_fill(i, prompt, &mut self.ids)).map_err(|_| SimError::OutOfMemory {
+                what: format!("request {i}'s prompt of {prompt} token ids"),
+            })?;
         }
         let r = if self.replicas.len() == 1 {
             0 // the single-engine loop: no routing work
@@ -358,7 +386,8 @@ impl Loop<'_> {
             self.router.pick(self.next as u64, &loads, cached)
         };
         let request = if known {
-            Prompt::Tokens(self.ids.clone())
+            // The scheduler keeps the vector: the next known prompt fills a new one.
+            Prompt::Tokens(std::mem::take(&mut self.ids))
         } else {
             Prompt::Length(prompt)
         };
@@ -369,6 +398,7 @@ impl Loop<'_> {
         let _ = replica
             .sched
             .add_request(i as u64, request, output, wl.priority(i), 0);
+        Ok(())
     }
 
     /// Plan a step on replica `r` at the current time and put it in flight (an empty plan,
@@ -383,8 +413,10 @@ impl Loop<'_> {
         }
         let replica = &mut self.replicas[r];
         let num_blocks = replica.sched.config().num_blocks;
-        let Ok(batch) = replica.sched.schedule() else {
-            return Ok(());
+        let batch = match replica.sched.schedule() {
+            Ok(batch) => batch,
+            Err(CoreError::OutOfMemory { what }) => return Err(SimError::OutOfMemory { what }),
+            Err(_) => return Ok(()),
         };
         let step_index = batch.step_index();
         if batch.is_empty() {

@@ -9,6 +9,8 @@
 //! the prefix cache. A request that shares nothing is added as a bare length: no ids, no
 //! hashing.
 
+use std::collections::TryReserveError;
+
 /// `group` of a request in no group.
 pub const NO_GROUP: u64 = u64::MAX;
 
@@ -98,9 +100,16 @@ impl TokenPlan {
     }
 
     /// The prompt of request `i`, `len` token ids, into `out` (cleared first).
-    pub fn fill(&self, i: usize, len: u64, out: &mut Vec<u32>) {
+    ///
+    /// # Errors
+    ///
+    /// When `len` ids do not fit in memory; `out` is then left empty.
+    pub fn try_fill(&self, i: usize, len: u64, out: &mut Vec<u32>) -> Result<(), TryReserveError> {
         out.clear();
+        let ids = usize::try_from(len).unwrap_or(usize::MAX);
+        out.try_reserve_exact(ids)?;
         out.extend((0..len).map(|pos| self.token(i, pos, len)));
+        Ok(())
     }
 }
 
@@ -124,14 +133,19 @@ impl Workload {
     }
 
     /// Request indices in admission order: by arrival time, ties by index.
-    #[must_use]
-    pub fn arrival_order(&self) -> Vec<usize> {
-        let mut order: Vec<usize> = (0..self.len()).collect();
+    ///
+    /// # Errors
+    ///
+    /// When the indices do not fit in memory.
+    pub fn try_arrival_order(&self) -> Result<Vec<usize>, TryReserveError> {
+        let mut order: Vec<usize> = Vec::new();
+        order.try_reserve_exact(self.len())?;
+        order.extend(0..self.len());
         order.sort_by(|&a, &b| {
             (self.arrival_s[a].partial_cmp(&self.arrival_s[b]))
                 .unwrap_or(std::cmp::Ordering::Equal)
                 .then(a.cmp(&b))
         });
-        order
+        Ok(order)
     }
 }
