@@ -583,12 +583,11 @@ def test_iterable_arguments_name_themselves(b: ModuleType) -> None:
 
 
 def test_items_are_drawn_one_by_one(b: ModuleType) -> None:
-    """An endless iterator of non-items fails at its first item instead of hanging, and a
-    list whose ``__len__`` raises is iterated, not sized, on both backends."""
-    import itertools
-
-    with pytest.raises(TypeError, match="items must hold BatchItem values, got int: 0"):
-        b.Batch(step_index=0, items=itertools.count(), preempted=(), num_free_blocks=0)
+    """The first non-item is refused before the next is drawn (so an endless iterator of
+    them fails at once: here the next draw would raise), and a list whose ``__len__``
+    raises is iterated, not sized, on both backends."""
+    with pytest.raises(TypeError, match="items must hold BatchItem values, got int: 1"):
+        b.Batch(step_index=0, items=_raising_gen(), preempted=(), num_free_blocks=0)
     with pytest.raises(TypeError, match="items must hold BatchItem values, got int: 1"):
         b.Batch(step_index=0, items=BadLen([1]), preempted=(), num_free_blocks=0)
 
@@ -746,3 +745,9 @@ def test_objects_of_the_other_backend_are_named_as_such(b: ModuleType) -> None:
         with pytest.raises(TypeError) as info:
             call()
         assert str(info.value) == other_backend(name, cls, b, modules[b], modules[o])
+
+
+@pytest.mark.parametrize("cls", ["ServingScheduler", "Scheduler"])
+@given(values=st.fixed_dictionaries({"_state": arg()}))
+def test_from_state(cls: str, values: dict[str, Value]) -> None:
+    differ("from_state", _cls(cls), values)
