@@ -277,7 +277,7 @@ def differ(
         args = [batch if a is PENDING else a for a in args]
         bound = getattr(target, method) if method else target
         outcomes.append(outcome(b, bound, args, kwargs))
-        if method and hasattr(target, "to_state"):
+        if not isinstance(target, type) and hasattr(target, "to_state"):
             after.append(snapshot(target))
     labels = {k: v[0] for k, v in values.items()}
     assert outcomes[0] == outcomes[1], f"{method or build}{labels}:\n{outcomes[0]}\n{outcomes[1]}"
