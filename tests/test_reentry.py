@@ -514,5 +514,7 @@ def test_step_takes_any_finite_iterable(backend: ModuleType) -> None:
         step = backend.Step(step_index=3, decode_tokens=1, chunks=given)
         assert step.chunks == tuple(chunks)
         assert step.prefill_tokens == 3
-    with pytest.raises(TypeError, match=r"^'int' object is not iterable$"):
+    with pytest.raises(
+        TypeError, match=r"^chunks must be an iterable of Chunk values, got int: 5$"
+    ):
         backend.Step(step_index=0, decode_tokens=0, chunks=5)

@@ -11,7 +11,8 @@ hash). Both backends raise the same messages from ``_messages.json``.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple, TypeVar
 
 from ._state import _dict
 from ._validate import as_bool, as_counter, as_i64, as_number, as_token, as_u64, message
@@ -50,6 +51,20 @@ _REQUEST_KEYS = (
     "num_cached_tokens",
 )
 _HEX = frozenset("0123456789abcdef")
+
+
+_T = TypeVar("_T")
+
+
+def listed(path: str, length: int, build: Callable[[], list[_T]]) -> list[_T]:
+    """``build()``, the list of ``length`` entries at ``path`` of an export. A list too long
+    to allocate (a pool or an int prompt of astronomical size) is the ``MemoryError``
+    ``state_too_large``, as the Rust core refuses the allocation, not a bare ``MemoryError``
+    or ``OverflowError``."""
+    try:
+        return build()
+    except (MemoryError, OverflowError):
+        raise MemoryError(message("state_too_large", path=path, len=length)) from None
 
 
 class ParsedRequest(NamedTuple):
@@ -211,6 +226,10 @@ def _check_request(
         raise _rule(f"{p}['prompt_len']", "state_prompt_len", num_tokens=num_tokens, value=plen)
     if max_new == 0:
         raise _rule(f"{p}['max_new_tokens']", "max_new_tokens_zero")
+    # A prompt is all ids (a list prompt) or all unknown (an int prompt), never a mix.
+    known = sum(1 for t in tokens[:plen] if t is not None)
+    if 0 < known < plen:
+        raise _rule(f"{p}['tokens']", "state_prompt_mixed")
     if num_tokens - plen >= max_new:
         raise _rule(p, "state_finished", num_generated=num_tokens - plen, max_new_tokens=max_new)
     if f["state"] not in ("running", "waiting") or type(f["state"]) is not str:

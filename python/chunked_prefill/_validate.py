@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import operator
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -111,40 +111,96 @@ def as_bool(name: str, value: object) -> bool:
     )
 
 
-_BACKENDS = {"chunked_prefill._core": "rust", "chunked_prefill.pure": "pure"}
+# Where each backend's classes live: the public module a message names, by the module a
+# class reports (the twin's serving classes are defined in pure_values and pure_serving).
+_BACKENDS = {
+    "chunked_prefill._core": ("rust", "chunked_prefill._core"),
+    "chunked_prefill.pure": ("pure", "chunked_prefill.pure"),
+    "chunked_prefill.pure_values": ("pure", "chunked_prefill.pure_serving"),
+    "chunked_prefill.pure_serving": ("pure", "chunked_prefill.pure_serving"),
+}
 _EXPECTED_CLASS = {
     "not_config": "Config",
     "not_serving_config": "ServingConfig",
     "not_batch": "Batch",
+    "not_batch_item": "BatchItem",
     "not_chunk": "Chunk",
+}
+# The twin's module of each class (the one the other backend's object is expected from).
+_PURE_MODULE = {
+    "Config": "chunked_prefill.pure",
+    "Chunk": "chunked_prefill.pure",
+    "ServingConfig": "chunked_prefill.pure_serving",
+    "Batch": "chunked_prefill.pure_serving",
+    "BatchItem": "chunked_prefill.pure_serving",
 }
 
 
-def type_error(key: str, name: str, value: object) -> TypeError:
-    """A ``TypeError`` for ``value`` of the wrong type, from the table's ``key`` message.
+def type_error(key: str, name: str, value: object, **fields: Any) -> TypeError:
+    """A ``TypeError`` for ``value`` of the wrong type, from the table's ``key`` message
+    (``fields`` fill its other fields).
 
     The same class of the other backend (a pure ``Config`` given to the Rust
-    ``Scheduler``) gets the ``other_backend`` message, which says so, instead of the
-    puzzling "must be a Config, got Config".
+    ``Scheduler``, a Rust ``Batch`` to the twin's ``update``) gets the ``other_backend``
+    message, which names both backends, instead of the puzzling "must be a Config, got
+    Config".
     """
     cls = type(value)
-    other = _BACKENDS.get(cls.__module__)
-    if other is not None and _EXPECTED_CLASS.get(key) == cls.__name__:
-        module = next(m for m, b in _BACKENDS.items() if b != other)
+    given = _BACKENDS.get(cls.__module__)
+    class_name = _EXPECTED_CLASS.get(key)
+    if given is not None and class_name == cls.__name__:
+        other, other_module = given
+        backend = "pure" if other == "rust" else "rust"
+        module = _PURE_MODULE[class_name] if backend == "pure" else "chunked_prefill._core"
+        items = key in ("not_chunk", "not_batch_item")
         return TypeError(
             message(
                 "other_backend",
-                name=f"each item of {name}" if key == "not_chunk" else name,
-                class_name=cls.__name__,
-                backend=_BACKENDS[module],
+                name=f"each item of {name}" if items else name,
+                class_name=class_name,
+                backend=backend,
                 module=module,
                 other=other,
-                other_module=cls.__module__,
+                other_module=other_module,
             )
         )
     return TypeError(
-        message(key, name=name, type_name=type(value).__name__, value_repr=repr(value))
+        message(key, name=name, type_name=cls.__name__, value_repr=repr(value), **fields)
     )
+
+
+def not_iterable(name: str, what: str, value: object) -> TypeError:
+    """The ``TypeError`` for an argument ``name`` that should be an iterable of ``what``
+    (``iter()`` refused it)."""
+    return type_error("not_iterable", name, value, what=what)
+
+
+def iterate(name: str, what: str, value: object) -> Iterator[Any]:
+    """``iter(value)``, or the ``TypeError`` :func:`not_iterable` when it is no iterable.
+    Only ``iter()`` is guarded: an exception raised while iterating propagates as is."""
+    try:
+        return iter(value)  # type: ignore[call-overload, no-any-return]
+    except TypeError:
+        raise not_iterable(name, what, value) from None
+
+
+def token_pairs(mapping: Any) -> Iterator[tuple[Any, Any]]:
+    """The ``(request_id, token_id)`` pairs of ``update``'s mapping ``token_ids``: its
+    ``items()`` must be an iterable (``not_iterable``) of pairs, each unpacked as Python
+    unpacks two names (a tuple, a list...; anything else is ``not_pair``)."""
+    for pair in iterate("token_ids.items()", "(request_id, token_id) pairs", mapping.items()):
+        yield as_pair(pair)
+
+
+def as_pair(pair: Any) -> tuple[Any, Any]:
+    """One entry of a mapping's ``items()``: two values, or the ``TypeError`` ``not_pair``."""
+    if type(pair) is tuple and len(pair) == 2:
+        return pair
+    try:
+        key, value = pair
+    except (TypeError, ValueError):
+        raise type_error("not_pair", "token_ids", pair) from None
+    return key, value
 
 
 def reject_config(name: str, value: object) -> NoReturn:

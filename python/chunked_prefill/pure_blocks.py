@@ -15,9 +15,10 @@ size thus costs memory only for the blocks that were ever used.
 from __future__ import annotations
 
 import struct
+import sys
 from hashlib import blake2b
 
-__all__ = ["BlockPool", "chain_hash", "root_hash"]
+__all__ = ["BlockPool", "block_packer", "chain_hash", "root_hash"]
 
 _NONE = -1
 
@@ -25,6 +26,19 @@ _NONE = -1
 def root_hash(cache_salt: int) -> bytes:
     """The hash every request's chain starts from: blake2b-128 of the salt as 8 LE bytes."""
     return blake2b(cache_salt.to_bytes(8, "little"), digest_size=16).digest()
+
+
+def block_packer(block_size: int) -> struct.Struct:
+    """The packer of one full block's ids, ``struct.Struct(f"<{block_size}I")``.
+
+    ``struct`` refuses a format of more than ``sys.maxsize`` bytes, but any ``block_size``
+    up to ``2**64 - 1`` is valid (the Rust core accepts it, its sums are 128-bit). A block
+    of more ids than a list can hold (``sys.maxsize // 8``) can never be full of known ids,
+    so its packer is never called: an empty one stands in for it.
+    """
+    if block_size > sys.maxsize // 8:
+        return struct.Struct("<0I")
+    return struct.Struct(f"<{block_size}I")
 
 
 def chain_hash(parent: bytes, packer: struct.Struct, tokens: list[int]) -> bytes:

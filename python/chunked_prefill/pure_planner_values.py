@@ -18,6 +18,7 @@ from ._validate import (
     as_optional_u64,
     as_u64,
     as_u128,
+    iterate,
     message,
     type_error,
 )
@@ -293,7 +294,7 @@ class Step:
         # Item by item, as the binding does: the first item that is not a Chunk is refused
         # before the next is drawn, so an endless iterator of anything else fails at once.
         items = []
-        for chunk in chunks:
+        for chunk in iterate("chunks", "Chunk values", chunks):
             if not isinstance(chunk, Chunk):
                 raise type_error("not_chunk", "chunks", chunk)
             items.append(chunk)

@@ -31,10 +31,12 @@ from ._validate import (
     as_tokens,
     as_u64,
     is_sequence,
+    iterate,
     message,
+    token_pairs,
     type_error,
 )
-from .pure_blocks import BlockPool, chain_hash, root_hash
+from .pure_blocks import BlockPool, block_packer, chain_hash, root_hash
 from .pure_values import (
     Batch,
     BatchItem,
@@ -172,7 +174,7 @@ def _convert_token_ids(
     if hasattr(token_ids, "keys") and hasattr(token_ids, "items"):
         index = set(sampled)
         by_id: dict[int, int] = {}
-        for key, value in token_ids.items():
+        for key, value in token_pairs(token_ids):
             rid = as_u64("token_ids key", key)
             if rid not in index:
                 raise ValueError(
@@ -189,7 +191,10 @@ def _convert_token_ids(
 
 
 def _convert_finished(finished: Iterable[object]) -> list[int]:
-    ids = [as_u64(f"finished[{i}]", r) for i, r in enumerate(finished)]
+    ids = [
+        as_u64(f"finished[{i}]", r)
+        for i, r in enumerate(iterate("finished", "request ids", finished))
+    ]
     seen: set[int] = set()
     for rid in ids:
         if rid in seen:
@@ -267,7 +272,7 @@ class ServingScheduler:
         self._pending = None
         self._pending_ids = set()
         self._aborted = set()
-        self._packer = struct.Struct(f"<{config._block_size}I")
+        self._packer = block_packer(config._block_size)
         self._guard = _Guard()
         return self
 
@@ -736,16 +741,18 @@ class ServingScheduler:
                         "cache_salt": r.cache_salt,
                         "max_new_tokens": r.max_new,
                         "prompt_len": r.prompt_len,
-                        "tokens": r.tokens(),
+                        "tokens": _serving_state.listed(
+                            f"requests[{at}].tokens", r.num_tokens, r.tokens
+                        ),
                         "num_computed": r.num_computed,
                         "state": "running" if r.running else "waiting",
                         "block_table": list(r.table),
                         "num_preemptions": r.num_preemptions,
                         "num_cached_tokens": r.num_cached,
                     }
-                    for r in self._reqs.values()
+                    for at, r in enumerate(self._reqs.values())
                 ],
-                "free_queue": pool.free_queue(),
+                "free_queue": _serving_state.listed("free_queue", pool.num_free, pool.free_queue),
                 "block_hashes": [[b, h.hex()] for b, h in enumerate(pool.hash) if h is not None],
             }
 

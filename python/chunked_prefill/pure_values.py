@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from ._validate import as_bool, as_number, as_u64, as_u128, message, type_error
+from ._validate import as_bool, as_number, as_u64, as_u128, iterate, message, type_error
 
 __all__ = ["Batch", "BatchItem", "RequestView", "ServingConfig"]
 
@@ -241,7 +241,10 @@ class BatchItem(_Value):
         count = as_u64("tokens", tokens)
         prefill = as_bool("is_prefill", is_prefill)
         sample = as_bool("samples", samples)
-        blocks = tuple(as_u64(f"new_blocks[{i}]", b) for i, b in enumerate(new_blocks))
+        blocks = tuple(
+            as_u64(f"new_blocks[{i}]", b)
+            for i, b in enumerate(iterate("new_blocks", "block ids", new_blocks))
+        )
         cached = as_u64("cached_tokens", cached_tokens)
         return _new_item(rid, first, count, prefill, sample, blocks, cached)
 
@@ -362,11 +365,18 @@ class Batch(_Value):
         num_free_blocks: int,
     ) -> Batch:
         index = as_u128("step_index", step_index)
-        checked = tuple(items)
-        for item in checked:
+        # Item by item, as the binding does: the first item that is not a BatchItem is
+        # refused before the next is drawn (an endless iterator of anything fails at once).
+        rows = []
+        for item in iterate("items", "BatchItem values", items):
             if not isinstance(item, BatchItem):
                 raise type_error("not_batch_item", "items", item)
-        gone = tuple(as_u64(f"preempted[{i}]", r) for i, r in enumerate(preempted))
+            rows.append(item)
+        checked = tuple(rows)
+        gone = tuple(
+            as_u64(f"preempted[{i}]", r)
+            for i, r in enumerate(iterate("preempted", "request ids", preempted))
+        )
         free = as_u64("num_free_blocks", num_free_blocks)
         batch = _new_batch(index, checked, gone, free)
         for name, total in (

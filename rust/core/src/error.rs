@@ -192,6 +192,14 @@ pub enum CoreError {
         /// What is wrong.
         message: String,
     },
+    /// A state export holds a list too long to allocate (a pool or an int prompt of
+    /// astronomical size): Python's `MemoryError`, as the twin's list would raise.
+    StateTooLarge {
+        /// The list (`free_queue`, `requests[0].tokens`).
+        path: String,
+        /// Its entries.
+        len: u128,
+    },
 }
 
 impl fmt::Display for CoreError {
@@ -328,6 +336,9 @@ impl fmt::Display for CoreError {
             ),
             Self::OutOfMemory { what } => write!(f, "{what} does not fit in memory"),
             Self::StateRule { path, message } => write!(f, "{path}: {message}"),
+            Self::StateTooLarge { path, len } => {
+                write!(f, "{path}: {len} entries do not fit in memory")
+            }
         }
     }
 }

@@ -244,6 +244,17 @@ fn every_core_error_renders_its_table_message() {
             "out_of_memory",
             vec![("what", "schedule(): a step of 8 KV blocks".into())],
         ),
+        (
+            CoreError::StateTooLarge {
+                path: "free_queue".into(),
+                len: 1 << 64,
+            },
+            "state_too_large",
+            vec![
+                ("path", "free_queue".into()),
+                ("len", "18446744073709551616".into()),
+            ],
+        ),
     ];
     for (err, key, fields) in cases {
         assert_eq!(err.to_string(), render(key, &fields), "{key}");

@@ -8,12 +8,13 @@ use pyo3::exceptions::{
     PyKeyError, PyMemoryError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyInt, PyTuple, PyType};
+use pyo3::types::{PyBool, PyDict, PyInt, PyIterator, PyTuple, PyType};
 
 /// The one mapping of core errors to Python exceptions: an unknown id is a `KeyError`, a
 /// call out of turn with the pending batch (`schedule`, `update`, `to_state`) a
-/// `RuntimeError`, what does not fit in memory a `MemoryError`, every other rejected input a
-/// `ValueError`; the message is the core's (the table's).
+/// `RuntimeError`, what does not fit in memory (a step, an export too large to list) a
+/// `MemoryError`, every other rejected input a `ValueError`; the message is the core's (the
+/// table's).
 pub(crate) fn core_err(err: CoreError) -> PyErr {
     match err {
         CoreError::UnknownRequest { .. } => PyKeyError::new_err(err.to_string()),
@@ -21,7 +22,9 @@ pub(crate) fn core_err(err: CoreError) -> PyErr {
         | CoreError::BatchNotPending { .. }
         | CoreError::BatchStale { .. }
         | CoreError::StateBatchPending { .. } => PyRuntimeError::new_err(err.to_string()),
-        CoreError::OutOfMemory { .. } => PyMemoryError::new_err(err.to_string()),
+        CoreError::OutOfMemory { .. } | CoreError::StateTooLarge { .. } => {
+            PyMemoryError::new_err(err.to_string())
+        }
         _ => PyValueError::new_err(err.to_string()),
     }
 }
@@ -60,6 +63,28 @@ pub(crate) fn type_error(key: &str, name: &str, obj: &Bound<'_, PyAny>) -> PyErr
         Ok(exception) => PyErr::from_value(exception),
         Err(err) => err,
     }
+}
+
+/// An iterator over `obj`, an argument `name` that should be an iterable of `what`; a value
+/// `iter()` refuses is the table's `TypeError` `not_iterable` (built by the shared check, as
+/// the twin builds it). Only `iter()` is guarded: an error while iterating propagates.
+pub(crate) fn iterate<'py>(
+    name: &str,
+    what: &str,
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyIterator>> {
+    obj.try_iter().map_err(|err| {
+        if !err.is_instance_of::<PyTypeError>(obj.py()) {
+            return err;
+        }
+        let built = (obj.py().import("chunked_prefill._validate"))
+            .and_then(|validate| validate.getattr("not_iterable"))
+            .and_then(|func| func.call1((name, what, obj)));
+        match built {
+            Ok(exception) => PyErr::from_value(exception),
+            Err(err) => err,
+        }
+    })
 }
 
 /// `obj` as an id or count in `0..=u64::MAX`, named `name` in any error. May run Python

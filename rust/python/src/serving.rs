@@ -168,14 +168,14 @@ impl PyServingScheduler {
     /// finish now (say, at a stop token). Returns the ids that finished, in batch order, then
     /// the rest of ``finished`` in its order; their blocks are freed and their ids forgotten.
     #[pyo3(
-        signature = (batch, *, token_ids = None, finished = None),
+        signature = (batch, *, token_ids = None, finished = Arg(None)),
         text_signature = "($self, batch, *, token_ids=None, finished=())"
     )]
     fn update<'py>(
         &self,
         batch: &Bound<'py, PyAny>,
         token_ids: Option<&Bound<'py, PyAny>>,
-        finished: Option<&Bound<'py, PyAny>>,
+        finished: Arg<'py>,
     ) -> PyResult<Bound<'py, PyList>> {
         let py = batch.py();
         let (batch, issue) = match batch.cast::<PyBatch>() {
@@ -196,7 +196,7 @@ impl PyServingScheduler {
             }
         }
         let tokens = to_tokens(batch, token_ids)?;
-        let finished = to_ids("finished", finished)?;
+        let finished = to_ids("finished", finished.0.as_ref())?;
         let mut guard = self.lock()?;
         let done = if own(&guard) {
             guard.update_step(batch.step_index(), tokens.as_core(), &finished)

@@ -12,7 +12,7 @@ use chunked_prefill::{CoreError, Prompt};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyTuple};
 
-use crate::convert::{core_err, to_u64, type_error};
+use crate::convert::{core_err, iterate, to_u64, type_error};
 
 fn validate<'py>(py: Python<'py>, func: &str) -> PyResult<Bound<'py, PyAny>> {
     py.import("chunked_prefill._validate")?.getattr(func)
@@ -156,9 +156,12 @@ pub(crate) fn to_tokens(batch: &Batch, obj: Option<&Bound<'_, PyAny>>) -> PyResu
         }
         return Ok(Tokens::Aligned(ids));
     }
+    // A dict's items are pairs; another mapping's go through the shared check of each pair.
     let items = match obj.cast_exact::<PyDict>() {
         Ok(dict) => Some(dict.items().into_any()),
-        Err(_) if obj.hasattr("keys")? && obj.hasattr("items")? => Some(obj.call_method0("items")?),
+        Err(_) if obj.hasattr("keys")? && obj.hasattr("items")? => {
+            Some(validate(py, "token_pairs")?.call1((obj,))?)
+        }
         Err(_) => None,
     };
     if let Some(items) = items {
@@ -203,13 +206,14 @@ fn to_token(obj: &Bound<'_, PyAny>, name: impl FnOnce() -> String) -> PyResult<u
         .extract()
 }
 
-/// `update`'s `finished`: any iterable of ids, each named `finished[i]`.
+/// `update`'s `finished`: any iterable of ids, each named `finished[i]`; absent, none (an
+/// explicit `None` is no iterable, so it is refused, as on the twin).
 pub(crate) fn to_ids(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<u64>> {
     let Some(obj) = obj else {
         return Ok(Vec::new());
     };
     let mut ids = Vec::new();
-    for (i, item) in obj.try_iter()?.enumerate() {
+    for (i, item) in iterate(name, "request ids", obj)?.enumerate() {
         let item = item?;
         let plain = item.is_exact_instance_of::<PyInt>();
         match plain.then(|| item.extract::<u64>().ok()).flatten() {

@@ -14,7 +14,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::convert::{
-    counter, reduce_new, to_bool, to_u128, to_u64, to_usize, type_error, Reduced,
+    counter, iterate, reduce_new, to_bool, to_u128, to_u64, to_usize, type_error, Reduced,
 };
 
 fn py_bool(value: bool) -> &'static str {
@@ -49,14 +49,15 @@ fn item_repr(item: &BatchItem) -> String {
 }
 
 /// The ids (or counts) of an iterable argument, each converted by `convert` and named
-/// `name[i]`.
+/// `name[i]`; `what` names them when `obj` is no iterable.
 fn collect<T>(
     name: &str,
+    what: &str,
     obj: &Bound<'_, PyAny>,
     convert: impl Fn(&str, &Bound<'_, PyAny>) -> PyResult<T>,
 ) -> PyResult<Vec<T>> {
     let mut out = Vec::new();
-    for (i, value) in obj.try_iter()?.enumerate() {
+    for (i, value) in iterate(name, what, obj)?.enumerate() {
         out.push(convert(&format!("{name}[{i}]"), &value?)?);
     }
     Ok(out)
@@ -106,7 +107,7 @@ impl PyBatchItem {
                 tokens: to_usize("tokens", tokens)?,
                 is_prefill: to_bool("is_prefill", is_prefill)?,
                 samples: to_bool("samples", samples)?,
-                new_blocks: collect("new_blocks", new_blocks, to_usize)?,
+                new_blocks: collect("new_blocks", "block ids", new_blocks, to_usize)?,
                 cached_tokens: to_u64("cached_tokens", cached_tokens)?.into(),
             },
         })
@@ -237,15 +238,17 @@ impl PyBatch {
         num_free_blocks: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
         let step_index = to_u128("step_index", step_index)?;
-        let items = items.try_iter()?.collect::<PyResult<Vec<_>>>()?;
-        let mut rows = Vec::with_capacity(items.len());
-        for item in &items {
+        // Item by item: the first item that is not a BatchItem is refused before the next
+        // is drawn (an endless iterator of anything fails at once).
+        let mut rows = Vec::new();
+        for item in iterate("items", "BatchItem values", items)? {
+            let item = item?;
             match item.cast::<PyBatchItem>() {
                 Ok(item) => rows.push(item.get().inner.clone()),
-                Err(_) => return Err(type_error("not_batch_item", "items", item)),
+                Err(_) => return Err(type_error("not_batch_item", "items", &item)),
             }
         }
-        let preempted = collect("preempted", preempted, to_u64)?;
+        let preempted = collect("preempted", "request ids", preempted, to_u64)?;
         let num_free_blocks = to_usize("num_free_blocks", num_free_blocks)?;
         // The token sums must fit a u64, as every count the scheduler reports does.
         for (name, prefill) in [("num_prefill_tokens", true), ("num_decode_tokens", false)] {

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::convert::{
-    counter, reduce_new, slow_check, to_bool, to_u128, to_u64, to_usize, Arg, Reduced,
+    counter, iterate, reduce_new, slow_check, to_bool, to_u128, to_u64, to_usize, Arg, Reduced,
 };
 
 fn chunk_repr(c: &Chunk) -> String {
@@ -120,7 +120,7 @@ impl PyStep {
         let decode_tokens = to_usize("decode_tokens", decode_tokens)?;
         let mut items = Vec::new();
         if let Some(chunks) = &chunks.0 {
-            for item in chunks.try_iter()? {
+            for item in iterate("chunks", "Chunk values", chunks)? {
                 let item = item?;
                 match item.cast::<PyChunk>() {
                     Ok(chunk) => items.push(chunk.get().inner),

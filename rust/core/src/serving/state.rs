@@ -72,8 +72,9 @@ impl ServingScheduler {
     /// # Errors
     ///
     /// [`CoreError::StateBatchPending`] while a batch awaits `update`;
-    /// [`CoreError::StateRule`] naming `free_queue` or a request's `tokens` when that list
-    /// cannot be allocated (a pool or an int prompt of astronomical size).
+    /// [`CoreError::StateTooLarge`] naming `free_queue` or a request's `tokens` when that
+    /// list cannot be allocated (a pool or an int prompt of astronomical size), requests
+    /// first, in seq order.
     pub fn to_state(&self) -> Result<ServingState, CoreError> {
         if let Some(batch) = self.pending_batch() {
             return Err(CoreError::StateBatchPending {
@@ -86,7 +87,7 @@ impl ServingScheduler {
             .map(|(at, request)| request.record(at))
             .collect::<Result<_, _>>()?;
         let mut free_queue = Vec::new();
-        reserve(&mut free_queue, self.pool.num_free(), "free_queue")?;
+        reserve(&mut free_queue, self.pool.num_free() as u128, "free_queue")?;
         free_queue.extend(self.pool.free_queue());
         Ok(ServingState {
             config: self.config().clone(),
@@ -325,16 +326,23 @@ impl ServingScheduler {
 
 /// Make room for `len` entries of an export without aborting the process when a pool or an
 /// int prompt is too large to list in memory.
-fn reserve<T>(list: &mut Vec<T>, len: usize, path: &str) -> Result<(), CoreError> {
-    list.try_reserve_exact(len)
-        .map_err(|_| rule(path, format!("{len} entries do not fit in memory")))
+fn reserve<T>(list: &mut Vec<T>, len: u128, path: &str) -> Result<(), CoreError> {
+    let too_large = || CoreError::StateTooLarge {
+        path: path.into(),
+        len,
+    };
+    let len = usize::try_from(len).map_err(|_| too_large())?;
+    list.try_reserve_exact(len).map_err(|_| too_large())
 }
 
 impl Request {
     fn record(&self, at: usize) -> Result<RequestRecord, CoreError> {
-        let len = usize::try_from(self.num_tokens()).unwrap_or(usize::MAX);
         let mut tokens = Vec::new();
-        reserve(&mut tokens, len, &format!("requests[{at}].tokens"))?;
+        reserve(
+            &mut tokens,
+            self.num_tokens(),
+            &format!("requests[{at}].tokens"),
+        )?;
         self.tokens(&mut tokens);
         Ok(RequestRecord {
             request_id: self.id,
