@@ -169,14 +169,26 @@ def test_user_code_during_conversion_calls_back(serving_backend: ModuleType) -> 
 
 
 def test_same_thread_reentry_is_refused() -> None:
-    # A finalizer or signal handler running inside a call is the only way back in; the
-    # twin detects it through its lock's owner.
+    # A finalizer or signal handler running inside a call is the only way back in (here a
+    # trace function, run where they could run); the twin refuses the inner call.
     s = make(P)
     s.add_request(1, 3, 1)
-    with s._guard, pytest.raises(RuntimeError) as info:
-        s.schedule()
-    assert info.value.args[0] == message("serving_reentrant")
-    s.update(s.schedule())
+    refused: list[str] = []
+
+    def tracer(frame: Any, event: str, arg: Any) -> None:
+        if frame.f_code.co_name == "_plan_step" and not refused:
+            with pytest.raises(RuntimeError) as info:
+                s.add_request(2, 3, 1)
+            refused.append(info.value.args[0])
+
+    sys.settrace(tracer)
+    try:
+        batch = s.schedule()
+    finally:
+        sys.settrace(None)
+    assert refused == [message("serving_reentrant")]
+    assert 2 not in s
+    s.update(batch)
     check_invariants(s)
 
 

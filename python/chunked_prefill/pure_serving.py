@@ -12,15 +12,25 @@ or a mapping's ``items``) before taking it, so no user code runs while the lock 
 call on the same scheduler nevertheless re-enters from the thread that holds the lock (a
 finalizer or a signal handler that runs in the middle of a call), it raises ``RuntimeError``
 (``serving_reentrant``) instead of deadlocking or seeing a half-made change.
+
+Interrupts: an exception can escape from any line (a signal handler's ``KeyboardInterrupt``, a
+``MemoryError``). Each update does its checks and its allocations that grow with the caller's
+numbers before its first change, and marks the changes in progress (``_mutating``); an
+exception that escapes between the first and the last change leaves the mark, and every later
+call raises ``RuntimeError`` (``serving_broken``) rather than plan from a half-made change. One
+that escapes before the first change leaves the scheduler as it was.
 """
 
 from __future__ import annotations
 
+import mmap
 import struct
+import sys
 import threading
 from bisect import bisect_left, insort
 from collections.abc import Iterable
-from heapq import heapify, heappop, heappush
+from heapq import heapify, heappop, heappush, nsmallest
+from types import FrameType
 from typing import Any
 
 from . import _serving_state
@@ -122,25 +132,25 @@ class _Req:
         return got  # type: ignore[return-value]
 
 
-class _Guard:
-    """The scheduler's lock, refusing a same-thread re-entry instead of deadlocking."""
+# A step or an update that needs more than this many blocks (allocated, or hashed) first
+# checks that the memory they take is there, so that a MemoryError comes before its first
+# change; below it, what they take is small next to what the scheduler already holds.
+_PROBE_BLOCKS = 1 << 16
+# A generous bound on the bytes one block costs the twin in a step or an update: five pool
+# slots, its id, its places in the table, the new-block list and the item's tuple, its hash.
+_BYTES_PER_BLOCK = 256
 
-    __slots__ = ("lock", "owner")
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.owner = 0
-
-    def __enter__(self) -> None:
-        if not self.lock.acquire(blocking=False):
-            if self.owner == threading.get_ident():
-                raise RuntimeError(message("serving_reentrant"))
-            self.lock.acquire()
-        self.owner = threading.get_ident()
-
-    def __exit__(self, *exc: object) -> None:
-        self.owner = 0
-        self.lock.release()
+def _probe(blocks: int, what: str) -> None:
+    """Raise ``MemoryError`` (the Rust core's message; ``what`` names the call and its
+    blocks) unless ``blocks`` blocks' worth of memory can be had now (an address-space
+    reservation, released at once and never touched)."""
+    if blocks <= _PROBE_BLOCKS:
+        return
+    try:
+        mmap.mmap(-1, blocks * _BYTES_PER_BLOCK).close()
+    except (OSError, OverflowError, ValueError):
+        raise MemoryError(message("out_of_memory", what=what.format(blocks))) from None
 
 
 class _Plan:
@@ -217,8 +227,9 @@ class ServingScheduler:
         "_aborted",
         "_config",
         "_deficit",
-        "_guard",
         "_heap",
+        "_lock",
+        "_mutating",
         "_num_cached",
         "_num_preemptions",
         "_num_waiting",
@@ -252,7 +263,11 @@ class ServingScheduler:
     # Requests aborted since the pending batch was planned (update skips their items).
     _aborted: set[int]
     _packer: struct.Struct
-    _guard: _Guard
+    # Held by every call that reads or changes several fields (see `_locked`).
+    _lock: threading.RLock
+    # The update in progress, named from its first change to its last: still set after the
+    # call only if an exception cut it short.
+    _mutating: str | None
 
     def __new__(cls, config: ServingConfig) -> ServingScheduler:
         if not isinstance(config, ServingConfig):
@@ -273,8 +288,38 @@ class ServingScheduler:
         self._pending_ids = set()
         self._aborted = set()
         self._packer = block_packer(config._block_size)
-        self._guard = _Guard()
+        self._lock = threading.RLock()
+        self._mutating = None
         return self
+
+    def _locked(self) -> threading.RLock:
+        """The lock, for a ``with`` statement. It is written in C, so no Python code (no
+        signal handler) runs between taking it and entering the block, nor (CPython 3.10
+        and later) between leaving the block and releasing it. Held already by this thread,
+        it is either held by a call in progress below (a finalizer or a signal handler
+        re-entered: refused) or left by an interrupt that landed in the one instruction
+        CPython 3.9 runs between a ``with`` block and its release (let go)."""
+        lock = self._lock
+        if lock._is_owned():  # type: ignore[attr-defined]
+            if self._call_in_progress(sys._getframe(2)):
+                raise RuntimeError(message("serving_reentrant"))
+            while lock._is_owned():  # type: ignore[attr-defined]
+                lock.release()
+        return lock
+
+    def _call_in_progress(self, frame: FrameType | None) -> bool:
+        """Whether a call on this scheduler that takes its lock is running at ``frame`` or
+        below it (its frame exists before it takes the lock and until it has let go)."""
+        while frame is not None:
+            if frame.f_code in _LOCKED_CODES and frame.f_locals.get("self") is self:
+                return True
+            frame = frame.f_back
+        return False
+
+    def _usable(self) -> None:
+        """Refuse every call once an update was cut short half done."""
+        if self._mutating is not None:
+            raise RuntimeError(message("serving_broken", method=self._mutating))
 
     @property
     def config(self) -> ServingConfig:
@@ -284,32 +329,44 @@ class ServingScheduler:
     @property
     def num_free_blocks(self) -> int:
         """Blocks in the free queue (cached ones included)."""
-        return self._pool.num_free
+        with self._locked():
+            self._usable()
+            return self._pool.num_free
 
     @property
     def num_running(self) -> int:
         """Requests that hold blocks."""
-        return len(self._running)
+        with self._locked():
+            self._usable()
+            return len(self._running)
 
     @property
     def num_waiting(self) -> int:
         """Requests waiting for admission (new or preempted)."""
-        return self._num_waiting
+        with self._locked():
+            self._usable()
+            return self._num_waiting
 
     @property
     def num_preemptions(self) -> int:
         """Preemptions so far."""
-        return self._num_preemptions
+        with self._locked():
+            self._usable()
+            return self._num_preemptions
 
     @property
     def num_cached_tokens(self) -> int:
         """Prefix-cache hit tokens so far, over every admission."""
-        return self._num_cached
+        with self._locked():
+            self._usable()
+            return self._num_cached
 
     @property
     def step_index(self) -> int:
         """The index the next batch will get (the first batch is 0)."""
-        return self._step
+        with self._locked():
+            self._usable()
+            return self._step
 
     def add_request(
         self,
@@ -335,7 +392,8 @@ class ServingScheduler:
         if max_new == 0:
             raise ValueError(message("max_new_tokens_zero"))
         cfg = self._config
-        with self._guard:
+        with self._locked():
+            self._usable()
             if rid in self._reqs:
                 raise ValueError(message("serving_duplicate", request_id=rid))
             if rid in self._pending_ids:
@@ -365,10 +423,12 @@ class ServingScheduler:
             r.out, r.table, r.hashes = [], [], []
             r.num_computed = r.num_preemptions = r.num_cached = 0
             r.running = False
+            self._mutating = "add_request"
             self._seq += 1
             self._reqs[rid] = r
             heappush(self._heap, (prio, r.seq, rid))
             self._num_waiting += 1
+            self._mutating = None
 
     def cached_prefix_tokens(self, prompt: Any, *, cache_salt: int = 0) -> int:
         """How many leading tokens of ``prompt`` (as :meth:`add_request` takes it; a bare
@@ -380,10 +440,11 @@ class ServingScheduler:
         tokens = as_prompt(prompt)
         salt = as_u64("cache_salt", cache_salt)
         cfg = self._config
-        if isinstance(tokens, int) or not cfg._prefix_caching:
-            return 0
         bs = cfg._block_size
-        with self._guard:
+        with self._locked():
+            self._usable()
+            if isinstance(tokens, int) or not cfg._prefix_caching:
+                return 0
             by_hash = self._pool.by_hash
             parent = root_hash(salt)
             found = 0
@@ -399,52 +460,84 @@ class ServingScheduler:
     def schedule(self) -> Batch:
         """Plan the next step: decodes, then started prefills, then admissions (none in a
         step that preempted), each pass in rank order. The batch awaits :meth:`update`."""
-        with self._guard:
+        with self._locked():
+            self._usable()
             if self._pending is not None:
                 raise RuntimeError(message("batch_pending", step_index=self._pending._step_index))
-            cfg = self._config
-            bs, chunk = cfg._block_size, cfg._chunk_size
-            maxp = cfg._max_prefills_per_step
-            pool, reqs, running = self._pool, self._reqs, self._running
-            plan = _Plan(cfg._token_budget)
-            # Pass 1: every decode gets its 1 token (max_running < token_budget: room).
-            i = 0
-            while i < len(running):
-                r = reqs[running[i][2]]
-                nc = r.num_computed
-                if r.num_tokens - nc == 1:
-                    need = 1 if nc == bs * len(r.table) else 0
-                    if need and not self._reserve(r, 1, plan):
-                        continue
-                    new = pool.allocate(need, r.table) if need else []
-                    self._deficit -= need
-                    plan.add((r.rid, nc, 1, False, True, tuple(new), 0))
-                i += 1
-            # Pass 2: started prefills, while the prefill count and the budget allow.
-            i = 0
-            while i < len(running) and plan.prefills < maxp and plan.budget > 0:
-                r = reqs[running[i][2]]
-                nc = r.num_computed
-                left = r.num_tokens - nc
-                if left > 1:
-                    n = min(left, chunk, plan.budget)
-                    need = _cdiv(nc + n, bs) - len(r.table)
-                    if need > 0 and not self._reserve(r, need, plan):
-                        continue
-                    new = pool.allocate(need, r.table) if need > 0 else []
-                    self._deficit -= len(new)
-                    plan.add((r.rid, nc, n, True, nc + n == r.num_tokens, tuple(new), 0))
-                i += 1
-            # Pass 3: admission, never in a step that preempted, never skipping ahead.
-            if not plan.preempted:
-                self._admit(plan)
-            items = tuple(_new_item(*t) for t in plan.items if t is not None)
-            batch = _new_batch(self._step, items, tuple(plan.preempted), pool.num_free)
-            self._step += 1
-            self._pending = batch
-            self._pending_ids = {t[0] for t in plan.items if t is not None}
-            self._aborted = set()
+            _probe(self._step_blocks(), "schedule(): a step of up to {} KV blocks")
+            self._mutating = "schedule"
+            batch = self._plan_step()
+            self._mutating = None
             return batch
+
+    def _step_blocks(self) -> int:
+        """How many blocks the next step may allocate at most, or 0 if few. Started requests
+        take at most the blocks they miss (the deficit), admitted ones at most their prompt's
+        and the free ones, and any item at most a chunk's worth plus one: so a large bound
+        is the size of a request that is really there, not of the configuration."""
+        cfg = self._config
+        bs, running = cfg._block_size, self._running
+        per_item = _cdiv(min(cfg._chunk_size, cfg._token_budget), bs) + 1
+        admit = max(0, min(cfg._max_prefills_per_step, cfg._max_running - len(running)))
+        free = self._pool.num_free
+        if min(free + self._deficit, (len(running) + admit) * per_item) <= _PROBE_BLOCKS:
+            return 0
+        reqs = self._reqs
+        started = 0
+        for _, _, rid in running:
+            req = reqs[rid]
+            started += min(_cdiv(req.num_tokens, bs) - len(req.table), per_item)
+        live = [e for e in self._heap if (r := reqs.get(e[2])) and not r.running and r.seq == e[1]]
+        admitted = sum(
+            min(_cdiv(reqs[e[2]].num_tokens, bs), per_item) for e in nsmallest(admit, live)
+        )
+        return min(self._deficit, started) + min(free, admitted)
+
+    def _plan_step(self) -> Batch:
+        """The three passes of :meth:`schedule`, changing the scheduler as they go."""
+        cfg = self._config
+        bs, chunk = cfg._block_size, cfg._chunk_size
+        maxp = cfg._max_prefills_per_step
+        pool, reqs, running = self._pool, self._reqs, self._running
+        plan = _Plan(cfg._token_budget)
+        # Pass 1: every decode gets its 1 token (max_running < token_budget: room).
+        i = 0
+        while i < len(running):
+            r = reqs[running[i][2]]
+            nc = r.num_computed
+            if r.num_tokens - nc == 1:
+                need = 1 if nc == bs * len(r.table) else 0
+                if need and not self._reserve(r, 1, plan):
+                    continue
+                new = pool.allocate(need, r.table) if need else []
+                self._deficit -= need
+                plan.add((r.rid, nc, 1, False, True, tuple(new), 0))
+            i += 1
+        # Pass 2: started prefills, while the prefill count and the budget allow.
+        i = 0
+        while i < len(running) and plan.prefills < maxp and plan.budget > 0:
+            r = reqs[running[i][2]]
+            nc = r.num_computed
+            left = r.num_tokens - nc
+            if left > 1:
+                n = min(left, chunk, plan.budget)
+                need = _cdiv(nc + n, bs) - len(r.table)
+                if need > 0 and not self._reserve(r, need, plan):
+                    continue
+                new = pool.allocate(need, r.table) if need > 0 else []
+                self._deficit -= len(new)
+                plan.add((r.rid, nc, n, True, nc + n == r.num_tokens, tuple(new), 0))
+            i += 1
+        # Pass 3: admission, never in a step that preempted, never skipping ahead.
+        if not plan.preempted:
+            self._admit(plan)
+        items = tuple(_new_item(*t) for t in plan.items if t is not None)
+        batch = _new_batch(self._step, items, tuple(plan.preempted), pool.num_free)
+        self._step += 1
+        self._pending = batch
+        self._pending_ids = {t[0] for t in plan.items if t is not None}
+        self._aborted = set()
+        return batch
 
     def _reserve(self, r: _Req, need: int, plan: _Plan) -> bool:
         """Preempt worst-ranked running requests until ``need`` blocks are free; false if
@@ -563,16 +656,40 @@ class ServingScheduler:
         """
         if not isinstance(batch, Batch):
             raise type_error("not_batch", "batch", batch)
-        self._check_pending(batch)
+        with self._locked():
+            self._usable()
+            self._check_pending(batch)
         by_pos, by_id = _convert_token_ids(batch, token_ids)
         done = _convert_finished(finished)
-        with self._guard:
+        with self._locked():
+            self._usable()
             self._check_pending(batch)
             reqs = self._reqs
             for rid in done:
                 if rid not in reqs:
                     raise KeyError(message("unknown_request", request_id=rid))
-            return self._apply(batch, by_pos, by_id, done)
+            _probe(self._hash_blocks(batch), "update(): hashing {} KV blocks")
+            self._mutating = "update"
+            out = self._apply(batch, by_pos, by_id, done)
+            self._mutating = None
+            return out
+
+    def _hash_blocks(self, batch: Batch) -> int:
+        """How many blocks ``batch``'s report may hash at most, or 0 if few: the blocks of
+        each reported item that become full and all known."""
+        cfg = self._config
+        bs, items = cfg._block_size, batch._items
+        if not cfg._prefix_caching or sum(i._tokens for i in items) // bs + len(items) <= (
+            _PROBE_BLOCKS
+        ):
+            return 0
+        reqs, aborted, count = self._reqs, self._aborted, 0
+        for item in items:
+            if item._request_id not in aborted:
+                r = reqs[item._request_id]
+                old = r.num_computed
+                count += max(0, min(old + item._tokens, r.known + 1) // bs - old // bs)
+        return count
 
     def _apply(
         self,
@@ -659,13 +776,16 @@ class ServingScheduler:
         """Cancel a tracked request at any time: its blocks are freed at once, and the
         pending batch's item for it (if any) is skipped by :meth:`update`."""
         rid = as_u64("request_id", request_id)
-        with self._guard:
+        with self._locked():
+            self._usable()
             r = self._reqs.get(rid)
             if r is None:
                 raise KeyError(message("unknown_request", request_id=rid))
+            self._mutating = "abort"
             self._forget(r)
             if rid in self._pending_ids:
                 self._aborted.add(rid)
+            self._mutating = None
 
     # -- lookups -------------------------------------------------------------------------
 
@@ -679,13 +799,15 @@ class ServingScheduler:
     def block_table(self, request_id: int) -> list[int]:
         """The request's block ids, in position order (empty while waiting)."""
         rid = as_u64("request_id", request_id)
-        with self._guard:
+        with self._locked():
+            self._usable()
             return list(self._get(rid).table)
 
     def request(self, request_id: int) -> RequestView:
         """A snapshot of one tracked request."""
         rid = as_u64("request_id", request_id)
-        with self._guard:
+        with self._locked():
+            self._usable()
             r = self._get(rid)
             view = _object_new(RequestView)
             view._request_id = rid
@@ -700,28 +822,35 @@ class ServingScheduler:
             return view
 
     def __len__(self) -> int:
-        return len(self._reqs)
+        with self._locked():
+            self._usable()
+            return len(self._reqs)
 
     def __contains__(self, request_id: object) -> bool:
         try:
-            rid = as_u64("request_id", request_id)
+            rid: int | None = as_u64("request_id", request_id)
         except (TypeError, ValueError, OverflowError):
-            return False
-        return rid in self._reqs
+            rid = None
+        with self._locked():
+            self._usable()
+            return rid in self._reqs
 
     def __repr__(self) -> str:
-        return (
-            f"ServingScheduler(config={self._config!r}, running={len(self._running)},"
-            f" waiting={self._num_waiting}, free_blocks={self._pool.num_free},"
-            f" next_step_index={self._step})"
-        )
+        with self._locked():
+            self._usable()
+            return (
+                f"ServingScheduler(config={self._config!r}, running={len(self._running)},"
+                f" waiting={self._num_waiting}, free_blocks={self._pool.num_free},"
+                f" next_step_index={self._step})"
+            )
 
     # -- state, pickling, copies ---------------------------------------------------------
 
     def to_state(self) -> dict[str, Any]:
         """The whole scheduler as plain Python values (see ``docs/serving-contract.md``);
         refused while a batch awaits :meth:`update`."""
-        with self._guard:
+        with self._locked():
+            self._usable()
             if self._pending is not None:
                 raise RuntimeError(
                     message("state_batch_pending", step_index=self._pending._step_index)
@@ -797,7 +926,8 @@ class ServingScheduler:
 
     def _clone(self) -> ServingScheduler:
         """A structural copy (a pending batch stays pending in the copy)."""
-        with self._guard:
+        with self._locked():
+            self._usable()
             other = ServingScheduler(self._config)
             other._reqs = {rid: r.copy() for rid, r in self._reqs.items()}
             other._running = self._running.copy()
@@ -817,3 +947,12 @@ class ServingScheduler:
 
     def __deepcopy__(self, memo: Any) -> ServingScheduler:
         return self._clone()
+
+
+# The code of every call that takes the scheduler's lock: a frame running one of them on
+# this scheduler is a call in progress (`ServingScheduler._call_in_progress`).
+_LOCKED_CODES = frozenset(
+    code
+    for f in vars(ServingScheduler).values()
+    if (code := getattr(getattr(f, "fget", f), "__code__", None)) and "_locked" in code.co_names
+)

@@ -76,6 +76,9 @@ impl PyServingConfig {
     pub(crate) fn repr(&self, py: Python<'_>) -> PyResult<String> {
         let c = &self.inner;
         let watermark = PyFloat::new(py, c.watermark).repr()?;
+        // Converted here, not by `Display` (which swallows an exception, e.g. a signal
+        // handler's, and prints "<unprintable str object>").
+        let watermark = watermark.to_cow()?;
         Ok(format!(
             "ServingConfig(num_blocks={}, block_size={}, token_budget={}, chunk_size={}, \
              max_prefills_per_step={}, max_running={}, watermark={watermark}, \
