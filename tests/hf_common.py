@@ -5,6 +5,7 @@ without the ``hf`` extra, so it may import torch at once."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -50,3 +51,12 @@ def make_prompts(lengths: tuple[int, ...], seed: int = 1, prefix: int = 0) -> li
     gen = torch.Generator().manual_seed(seed)
     shared = torch.randint(0, 128, (prefix,), generator=gen).tolist()
     return [shared + torch.randint(0, 128, (n,), generator=gen).tolist() for n in lengths]
+
+
+@contextmanager
+def refused(exc_type: type[BaseException], text: str) -> Iterator[None]:
+    """The block raises exactly ``exc_type`` (not a subclass) with exactly ``text``."""
+    with pytest.raises(exc_type) as info:
+        yield
+    assert type(info.value) is exc_type, repr(info.value)
+    assert str(info.value) == text, f"{info.value}\n!= {text}"

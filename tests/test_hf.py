@@ -27,6 +27,7 @@ from hf_common import (  # noqa: E402
     LENGTHS,
     make_prompts,
     one_torch_thread,  # noqa: F401  (an autouse fixture, used by being imported)
+    refused,
     tiny_llama,
 )
 
@@ -145,16 +146,101 @@ def test_generate_timings(model: Any, prompts: list[list[int]], backend: ModuleT
         assert t.prefill_tokens + t.decode_tokens <= 12
 
 
-def test_generate_rejects_bad_arguments(model: Any, backend: ModuleType) -> None:
+_LOOP_REFUSALS = [
+    (
+        {"model": None},
+        TypeError,
+        "model must be a transformers causal LM (a torch.nn.Module"
+        " with a config), got NoneType: None",
+    ),
+    (
+        {"model": "gpt2"},
+        TypeError,
+        "model must be a transformers causal LM (a torch.nn.Module with a config), got str: 'gpt2'",
+    ),
+    (
+        {"prompts": "hello"},
+        TypeError,
+        "prompts must be a sequence of prompts (each a sequence of"
+        " token ids), got str: 'hello'; tokenize the text first",
+    ),
+    (
+        {"prompts": None},
+        TypeError,
+        "prompts must be a sequence of prompts (each a sequence of token ids), got NoneType: None",
+    ),
+    ({"prompts": [[1], []]}, ValueError, "prompts[1] must hold at least 1 token, got 0"),
+    ({"prompts": [[1], 5]}, TypeError, "prompts[1] must be a sequence of token ids, got int: 5"),
+    ({"prompts": [[1, 2.0]]}, TypeError, "prompts[0][1] must be an int, got float: 2.0"),
+    (
+        {"prompts": [[True]]},
+        TypeError,
+        "prompts[0][0] must be an int, got the bool True: a bool is not a number",
+    ),
+    (
+        {"prompts": [[1, 128]]},
+        ValueError,
+        "prompts[0][1] must be a token id of the model's vocabulary [0, 128), got 128",
+    ),
+    (
+        {"prompts": [[-1]]},
+        ValueError,
+        "prompts[0][0] must be a token id of the model's vocabulary [0, 128), got -1",
+    ),
+    ({"config": None}, TypeError, "config must be a Config, got NoneType: None"),
+    (
+        {"max_new_tokens": True},
+        TypeError,
+        "max_new_tokens must be an int, got the bool True: a bool is not a number",
+    ),
+    ({"max_new_tokens": 0}, ValueError, "max_new_tokens must be at least 1, got 0"),
+    ({"max_new_tokens": -3}, ValueError, "max_new_tokens must be at least 1, got -3"),
+    ({"max_new_tokens": 2.0}, TypeError, "max_new_tokens must be an int, got float: 2.0"),
+    (
+        {"max_new_tokens": 2**64},
+        OverflowError,
+        "max_new_tokens must be at most 18446744073709551615, got 18446744073709551616",
+    ),
+    ({"max_running": 0}, ValueError, "max_running must be at least 1, got 0"),
+    (
+        {"max_running": False},
+        TypeError,
+        "max_running must be an int, got the bool False: a bool is not a number",
+    ),
+    ({"timings": ()}, TypeError, "timings must be None or a list to append to, got tuple: ()"),
+    ({"backend": 42}, TypeError, "backend must be None, 'rust', 'pure' or a module, got int: 42"),
+    (
+        {"backend": "nope"},
+        ValueError,
+        "backend must be None, 'rust', 'pure', a module or the name of one, got 'nope'",
+    ),
+    ({"backend": "os"}, ValueError, "backend 'os' has no Scheduler and Config"),
+]
+
+
+@pytest.mark.parametrize(("change", "exc", "text"), _LOOP_REFUSALS)
+def test_generate_rejects_bad_arguments(
+    model: Any, backend: ModuleType, change: dict[str, Any], exc: type[Exception], text: str
+) -> None:
+    """Each bad argument of hf.generate is refused before any step, naming it."""
     config = backend.Config()
-    with pytest.raises(ValueError, match="max_new_tokens"):
-        hf.generate(model, [[1]], config=config, max_new_tokens=0, backend=backend)
-    with pytest.raises(ValueError, match="max_running"):
-        hf.generate(model, [[1]], config=config, max_new_tokens=1, max_running=0, backend=backend)
-    with pytest.raises(ValueError, match="empty"):
-        hf.generate(model, [[1], []], config=config, max_new_tokens=1, backend=backend)
-    with pytest.raises(TypeError):
-        hf.generate(model, [[1]], config=config, max_new_tokens=1, backend=42)
+    sink: list[Any] = []
+    args: dict[str, Any] = {
+        "model": model,
+        "prompts": [[1]],
+        "config": config,
+        "max_new_tokens": 1,
+        "backend": backend,
+        "timings": sink,
+    }
+    args.update(change)
+    with refused(exc, text):
+        hf.generate(args.pop("model"), args.pop("prompts"), **args)
+    assert sink == []  # no step ran
+
+
+def test_generate_of_no_prompts(model: Any, backend: ModuleType) -> None:
+    config = backend.Config()
     assert hf.generate(model, [], config=config, max_new_tokens=1, backend=backend) == []
 
 
@@ -248,6 +334,64 @@ def test_register_adds_chunked_prefill(mapping: dict[str, Any], backend: ModuleT
     assert mapping["chunked_prefill"] is hf.ChunkedPrefillCBScheduler
     with pytest.raises(ValueError, match="chunk_size"):
         hf.register(chunk_size=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "text"),
+    [
+        ({"name": 3}, TypeError, "name must be a str, got int: 3"),
+        ({"name": ""}, ValueError, "name must be a non-empty str, got ''"),
+        (
+            {"chunk_size": True},
+            TypeError,
+            "chunk_size must be an int, got the bool True: a bool is not a number",
+        ),
+        ({"chunk_size": -1}, ValueError, "chunk_size must be at least 1, got -1"),
+        (
+            {"chunk_size": 2**64},
+            OverflowError,
+            "chunk_size must be at most 18446744073709551615, got 18446744073709551616",
+        ),
+        (
+            {"max_prefills_per_step": 0},
+            ValueError,
+            "max_prefills_per_step must be at least 1, got 0",
+        ),
+        (
+            {"max_prefills_per_step": 1.5},
+            TypeError,
+            "max_prefills_per_step must be an int, got float: 1.5",
+        ),
+        (
+            {"backend": "nope"},
+            ValueError,
+            "backend must be None, 'rust', 'pure', a module or the name of one, got 'nope'",
+        ),
+        ({"backend": 1}, TypeError, "backend must be None, 'rust', 'pure' or a module, got int: 1"),
+    ],
+)
+def test_register_rejects_bad_arguments(
+    mapping: dict[str, Any], kwargs: dict[str, Any], exc: type[Exception], text: str
+) -> None:
+    before = dict(mapping)
+    with refused(exc, text):
+        hf.register(**kwargs)
+    assert mapping == before
+
+
+def test_helpers_reject_bad_arguments() -> None:
+    from transformers.generation.continuous_batching.scheduler import FIFOScheduler
+
+    with refused(
+        TypeError,
+        "cls must be a transformers Scheduler class (with schedule_batch),"
+        " got str: 'FIFOScheduler'",
+    ):
+        hf.timed_scheduler("FIFOScheduler", [])
+    with refused(TypeError, "sink must be a list to append to, got NoneType: None"):
+        hf.timed_scheduler(FIFOScheduler, None)  # type: ignore[arg-type]
+    with refused(TypeError, "version must be None or a str, got float: 5.2"):
+        hf.check_transformers_version(5.2)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,12 @@ Needs the ``hf`` extra (torch, transformers); without it the whole module is ski
 from __future__ import annotations
 
 import csv
+import errno
 import importlib
+import os
 import re
+import stat
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -26,6 +30,7 @@ from hf_common import (  # noqa: E402
     LENGTHS,
     make_prompts,
     one_torch_thread,  # noqa: F401  (an autouse fixture, used by being imported)
+    refused,
     tiny_llama,
 )
 
@@ -454,29 +459,302 @@ def test_wall_clock_arrivals(model: Any, backend: ModuleType) -> None:
 
 def test_rejects_bad_arguments(model: Any, backend: ModuleType) -> None:
     engine = hf.PagedEngine(model, config(backend, num_blocks=4), backend=backend)
-    with pytest.raises(ValueError, match="one entry per prompt"):
-        engine.generate([[1], [2]], max_new_tokens=1, cache_salts=[0])
-    with pytest.raises(ValueError, match="one entry per prompt"):
-        engine.generate([[1]], max_new_tokens=1, arrival_s=[0.0, 1.0])
-    with pytest.raises(ValueError, match=r"max_new_tokens needs one entry per prompt \(2\)"):
-        engine.generate([[1], [2]], max_new_tokens=[1])
-    with pytest.raises(ValueError, match=r"arrival_s\[0\]"):
-        engine.generate([[1]], max_new_tokens=1, arrival_s=[-1.0])
-    with pytest.raises(TypeError):
-        engine.generate([[1, 2.0]], max_new_tokens=1)
-    with pytest.raises(ValueError, match="vocabulary"):
-        engine.generate([[1, 128]], max_new_tokens=1)
-    with pytest.raises(ValueError):  # the scheduler's own checks: empty, zero, never fits
-        engine.generate([[1], []], max_new_tokens=1)
-    with pytest.raises(ValueError):
-        engine.generate([[1]], max_new_tokens=0)
+    with pytest.raises(ValueError):  # the scheduler's own check: never fits
+        engine.generate([list(range(16))], max_new_tokens=2)
     with pytest.raises(ValueError, match="never"):
         engine.generate([list(range(16))], max_new_tokens=2)
     assert len(engine.scheduler) == 0
-    with pytest.raises(TypeError):
-        hf.PagedEngine(model, config(backend), backend=42)
-    with pytest.raises(TypeError):
-        hf.PagedEngine(model, hf.PagedEngine, backend=backend)
+
+
+_MODEL_TEXT = "model must be a transformers causal LM (a torch.nn.Module with a config), got"
+_PROMPTS_TEXT = "prompts must be a sequence of prompts (each a sequence of token ids), got"
+_BOOL = "must be an int, got the bool True: a bool is not a number"
+_PATH_TEXT = "steps_csv must be a file path (a str or an os.PathLike of a str), got"
+
+# Every argument of PagedEngine.generate, each refused before any step with its message.
+_GENERATE_REFUSALS = [
+    ({"prompts": "hello"}, TypeError, f"{_PROMPTS_TEXT} str: 'hello'; tokenize the text first"),
+    ({"prompts": None}, TypeError, f"{_PROMPTS_TEXT} NoneType: None"),
+    ({"prompts": 7}, TypeError, f"{_PROMPTS_TEXT} int: 7"),
+    ({"prompts": {0: [1]}}, TypeError, f"{_PROMPTS_TEXT} dict: {{0: [1]}}"),
+    (
+        {"prompts": [[1], "hi"]},
+        TypeError,
+        "prompts[1] must be a sequence of token ids, got str: 'hi'; tokenize the text first",
+    ),
+    ({"prompts": [[1], []]}, ValueError, "prompts[1] must hold at least 1 token, got 0"),
+    ({"prompts": [[1, 2.0]]}, TypeError, "prompts[0][1] must be an int, got float: 2.0"),
+    ({"prompts": [[1, True]]}, TypeError, f"prompts[0][1] {_BOOL}"),
+    ({"prompts": [[1, None]]}, TypeError, "prompts[0][1] must be an int, got NoneType: None"),
+    (
+        {"prompts": [[1, 128]]},
+        ValueError,
+        "prompts[0][1] must be a token id of the model's vocabulary [0, 128), got 128",
+    ),
+    (
+        {"prompts": [[-5]]},
+        ValueError,
+        "prompts[0][0] must be a token id of the model's vocabulary [0, 128), got -5",
+    ),
+    ({"max_new_tokens": True}, TypeError, f"max_new_tokens {_BOOL}"),
+    ({"max_new_tokens": 0}, ValueError, "max_new_tokens must be at least 1, got 0"),
+    ({"max_new_tokens": -1}, ValueError, "max_new_tokens must be at least 1, got -1"),
+    ({"max_new_tokens": 1.0}, TypeError, "max_new_tokens must be an int, got float: 1.0"),
+    (
+        {"max_new_tokens": None},
+        TypeError,
+        "max_new_tokens must be a number or a sequence of"
+        " one number per prompt, got NoneType: None",
+    ),
+    (
+        {"max_new_tokens": "3"},
+        TypeError,
+        "max_new_tokens must be a number or a sequence of one number per prompt, got str: '3'",
+    ),
+    (
+        {"max_new_tokens": 2**64},
+        OverflowError,
+        "max_new_tokens must be at most 18446744073709551615, got 18446744073709551616",
+    ),
+    (
+        {"max_new_tokens": 10**12},
+        ValueError,
+        "request_id 0 can never fit: 1 prompt tokens and"
+        " max_new_tokens 1000000000000 need 250000000000 blocks of 4 tokens, above the 64 usable"
+        " blocks (num_blocks 64 minus 0 watermark blocks)",
+    ),
+    (
+        {"max_new_tokens": [2, 2]},
+        ValueError,
+        "max_new_tokens needs one entry per prompt (1) when it is a sequence, got 2",
+    ),
+    (
+        {"max_new_tokens": [False]},
+        TypeError,
+        "max_new_tokens[0] must be an int, got the bool False: a bool is not a number",
+    ),
+    ({"max_new_tokens": [0]}, ValueError, "max_new_tokens[0] must be at least 1, got 0"),
+    ({"eos_token_id": True}, TypeError, f"eos_token_id {_BOOL}"),
+    (
+        {"eos_token_id": -1},
+        ValueError,
+        "eos_token_id must be a token id between 0 and 4294967295, got -1",
+    ),
+    (
+        {"eos_token_id": "</s>"},
+        TypeError,
+        "eos_token_id must be None, a token id or a sequence of token ids, got str: '</s>'",
+    ),
+    ({"eos_token_id": [3, 1.5]}, TypeError, "eos_token_id[1] must be an int, got float: 1.5"),
+    ({"cache_salts": [-1]}, ValueError, "cache_salts[0] must be non-negative, got -1"),
+    ({"cache_salts": [True]}, TypeError, f"cache_salts[0] {_BOOL}"),
+    (
+        {"cache_salts": [0, 0]},
+        ValueError,
+        "cache_salts needs one entry per prompt (1) when it is a sequence, got 2",
+    ),
+    (
+        {"arrival_s": [float("nan")]},
+        ValueError,
+        "arrival_s[0] must be a finite number of seconds >= 0, got nan",
+    ),
+    (
+        {"arrival_s": [float("inf")]},
+        ValueError,
+        "arrival_s[0] must be a finite number of seconds >= 0, got inf",
+    ),
+    (
+        {"arrival_s": [-1]},
+        ValueError,
+        "arrival_s[0] must be a finite number of seconds >= 0, got -1.0",
+    ),
+    ({"arrival_s": ["0"]}, TypeError, "arrival_s[0] must be a float or an int, got str: '0'"),
+    ({"arrival_s": [True]}, TypeError, "arrival_s[0] must be a float or an int, got bool: True"),
+    ({"steps_csv": 3}, TypeError, f"{_PATH_TEXT} int: 3"),
+    ({"steps_csv": b"s.csv"}, TypeError, f"{_PATH_TEXT} bytes: b's.csv'"),
+    ({"steps_csv": ""}, ValueError, "steps_csv must be a non-empty file path without NUL, got ''"),
+    (
+        {"steps_csv": "a\0b"},
+        ValueError,
+        "steps_csv must be a non-empty file path without NUL, got 'a\\x00b'",
+    ),
+    (
+        {"steps_csv": "/nonexistent/d/s.csv"},
+        FileNotFoundError,
+        "steps_csv: cannot write '/nonexistent/d/s.csv': No such file or directory",
+    ),
+]
+
+
+@pytest.mark.parametrize(("change", "exc", "text"), _GENERATE_REFUSALS)
+def test_generate_refuses_each_bad_argument(
+    model: Any, backend: ModuleType, change: dict[str, Any], exc: type[Exception], text: str
+) -> None:
+    """Refused before any step: no batch scheduled, the last run's results untouched."""
+    engine = Recording(model, config(backend), backend=backend)
+    engine.generate([[1, 2]], max_new_tokens=1)
+    before = (engine.scheduler, engine.last_run, engine.last_steps, len(engine.batches))
+    args: dict[str, Any] = {"prompts": [[1]], "max_new_tokens": 1}
+    args.update(change)
+    with refused(exc, text):
+        engine.generate(args.pop("prompts"), **args)
+    assert (engine.scheduler, engine.last_run, engine.last_steps, len(engine.batches)) == before
+    assert engine._run is None
+
+
+def test_constructor_refuses_bad_arguments(model: Any, backend: ModuleType) -> None:
+    import chunked_prefill.pure as planner
+
+    good = config(backend)
+    with refused(TypeError, f"{_MODEL_TEXT} NoneType: None"):
+        hf.PagedEngine(None, good, backend=backend)
+    with refused(TypeError, f"{_MODEL_TEXT} str: 'meta-llama/Llama-3.2-1B'"):
+        hf.PagedEngine("meta-llama/Llama-3.2-1B", good, backend=backend)
+    with refused(TypeError, "config must be a ServingConfig, got NoneType: None"):
+        hf.PagedEngine(model, None, backend=backend)
+    with refused(TypeError, "config must be a ServingConfig, got dict: {'num_blocks': 4}"):
+        hf.PagedEngine(model, {"num_blocks": 4}, backend=backend)
+    with refused(TypeError, f"config must be a ServingConfig, got Config: {planner.Config()!r}"):
+        hf.PagedEngine(model, planner.Config(), backend=backend)
+    with refused(TypeError, "backend must be None, 'rust', 'pure' or a module, got int: 42"):
+        hf.PagedEngine(model, good, backend=42)
+    text = "backend must be None, 'rust', 'pure', a module or the name of one, got 'cpu'"
+    with refused(ValueError, text):
+        hf.PagedEngine(model, good, backend="cpu")
+    with refused(ValueError, "backend 'os' has no ServingScheduler and ServingConfig"):
+        hf.PagedEngine(model, good, backend="os")
+    with refused(TypeError, "separate_decodes must be a bool, got int: 1"):
+        hf.PagedEngine(model, good, backend=backend, separate_decodes=1)
+    # 2**40 blocks of 16 tokens: far above any machine's memory, refused before allocating.
+    huge = config(backend, num_blocks=2**40, block_size=16)
+    with pytest.raises(MemoryError) as info:
+        hf.PagedEngine(model, huge, backend=backend)
+    assert str(info.value).startswith(
+        "the KV pool of 1099511627776 blocks of 16 tokens (2 layers, keys and values, 2 heads"
+        " of 16 torch.float32 values) needs 9007199254740992 bytes, above the "
+    )
+    assert str(info.value).endswith(" bytes of cpu; lower num_blocks")
+
+
+def test_abort_refuses_bad_indices(model: Any, backend: ModuleType) -> None:
+    engine = hf.PagedEngine(model, config(backend), backend=backend)
+    with refused(TypeError, f"index {_BOOL}"):
+        engine.abort(True)
+    with refused(TypeError, "index must be an int, got float: 0.0"):
+        engine.abort(0.0)  # type: ignore[arg-type]
+    with refused(RuntimeError, "abort() needs a generate() in progress"):
+        engine.abort(0)
+
+    class AbortAt(hf.PagedEngine):
+        def _scheduled(self, batch: Any) -> None:
+            with refused(IndexError, "index must be a prompt index between 0 and 1, got 2"):
+                self.abort(2)
+            with refused(IndexError, "index must be a prompt index between 0 and 1, got -1"):
+                self.abort(-1)
+
+    AbortAt(model, config(backend), backend=backend).generate([[1], [2]], max_new_tokens=1)
+
+
+def test_kv_pool_refuses_bad_sizes(model: Any) -> None:
+    sizes = {"num_layers": 1, "num_blocks": 2, "block_size": 2, "kv_heads": 1, "head_dim": 4}
+    kinds = {"dtype": torch.float32, "device": "cpu"}
+    assert hf.KVPool(**sizes, **kinds).data.shape == (1, 2, 2, 2, 1, 4)
+    for key in sizes:
+        with refused(ValueError, f"{key} must be at least 1, got 0"):
+            hf.KVPool(**{**sizes, key: 0}, **kinds)
+        with refused(TypeError, f"{key} {_BOOL}"):
+            hf.KVPool(**{**sizes, key: True}, **kinds)
+    with refused(TypeError, "dtype must be a floating-point torch.dtype, got dtype: torch.int64"):
+        hf.KVPool(**sizes, dtype=torch.int64, device="cpu")
+    with refused(TypeError, "device must be a torch.device, a str or an int, got NoneType: None"):
+        hf.KVPool(**sizes, dtype=torch.float32, device=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^device must name a torch device, got 'gpu0': "):
+        hf.KVPool(**sizes, dtype=torch.float32, device="gpu0")  # type: ignore[arg-type]
+    with refused(TypeError, "block_size must be an int, got float: 4.0"):
+        hf.KVPool.for_model(model, 4, 4.0)  # type: ignore[arg-type]
+    with refused(TypeError, f"{_MODEL_TEXT} NoneType: None"):
+        hf.KVPool.for_model(None, 4, 4)
+
+
+# -- the steps file: checked before the run, replaced whole after it ----------------------
+
+
+def test_steps_csv_paths_refused_before_any_step(
+    model: Any, backend: ModuleType, tmp_path: Path
+) -> None:
+    engine = Recording(model, config(backend), backend=backend)
+    dangling = tmp_path / "link.csv"
+    dangling.symlink_to(tmp_path / "missing" / "s.csv")
+    afile = tmp_path / "afile"
+    afile.write_text("x\n", encoding="utf-8")
+    cases = [
+        (FileNotFoundError, dangling, "No such file or directory"),
+        (NotADirectoryError, afile / "s.csv", "Not a directory"),
+        (IsADirectoryError, tmp_path, "it is a folder"),
+    ]
+    for exc, path, reason in cases:
+        with refused(exc, f"steps_csv: cannot write {str(path)!r}: {reason}"):
+            engine.generate([[1, 2]], max_new_tokens=2, steps_csv=path)
+    assert engine.batches == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "link.csv"]
+    assert afile.read_text(encoding="utf-8") == "x\n"
+
+
+class Interrupted(hf.PagedEngine):
+    """Raises KeyboardInterrupt (what Ctrl-C does) at its third step."""
+
+    def _scheduled(self, batch: Any) -> None:
+        if batch.step_index == 2:
+            raise KeyboardInterrupt
+
+
+class _NoSpace:
+    def __str__(self) -> str:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+class DiskFull(hf.PagedEngine):
+    """Its last step's row cannot be written, as on a full disk."""
+
+    def _step(self, run: Any) -> None:
+        super()._step(run)
+        self.last_steps[-1] = replace(self.last_steps[-1], prefill_tokens=_NoSpace())  # type: ignore[arg-type]
+
+
+def test_steps_csv_of_a_failed_run_keeps_the_old_file(
+    model: Any, backend: ModuleType, tmp_path: Path
+) -> None:
+    path = tmp_path / "steps.csv"
+    path.write_text("keep\n", encoding="utf-8")
+    path.chmod(0o640)
+    link = tmp_path / "link.csv"
+    link.symlink_to(path)
+    prompts = make_prompts((9, 5), seed=12)
+    with pytest.raises(KeyboardInterrupt):
+        Interrupted(model, config(backend, chunk_size=2), backend=backend).generate(
+            prompts, max_new_tokens=4, steps_csv=link
+        )
+    assert path.read_text(encoding="utf-8") == "keep\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.csv", "steps.csv"]
+    # The disk fills up while the rows are written: the old file stays, the error names it.
+    text = f"steps_csv: cannot write {str(link)!r}: No space left on device"
+    with refused(OSError, text):
+        DiskFull(model, config(backend, chunk_size=2), backend=backend).generate(
+            prompts, max_new_tokens=4, steps_csv=link
+        )
+    assert path.read_text(encoding="utf-8") == "keep\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.csv", "steps.csv"]
+    # A run that succeeds replaces the file the link names, with its mode, in one rename.
+    engine = hf.PagedEngine(model, config(backend, chunk_size=2), backend=backend)
+    engine.generate(prompts, max_new_tokens=4, steps_csv=link)
+    assert link.is_symlink() and link.resolve() == path
+    rows = path.read_text(encoding="utf-8").splitlines()
+    assert rows[0] == ",".join(hf.STEP_COLUMNS) and len(rows) == len(engine.last_steps) + 1
+    assert path.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.csv", "steps.csv"]
+    # A file that is no regular file is written in place, as open() would.
+    engine.generate(prompts, max_new_tokens=1, steps_csv=os.devnull)
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
 
 
 def test_config_of_the_other_backend(model: Any, backend: ModuleType) -> None:

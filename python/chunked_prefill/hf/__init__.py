@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 # First: without torch and transformers, this raises the ImportError naming the extra.
 from . import _loop  # noqa: F401
+from ._args import as_optional_count, reject
 from ._backend import resolve_backend, resolve_serving_backend
 from ._kv_pool import KVPool
 from ._loop import StepTiming, generate
@@ -93,22 +94,25 @@ def register(
     registered class. Raises :class:`UnsupportedTransformersError`, naming the supported
     versions, when the installed transformers is not one of them.
     """
+    if not isinstance(name, str):
+        reject("name", "a str", name)
+    if not name:
+        raise ValueError("name must be a non-empty str, got ''")
+    chunk_size = as_optional_count("chunk_size", chunk_size)
+    max_prefills_per_step = as_optional_count("max_prefills_per_step", max_prefills_per_step)
+    module = None if backend is None else resolve_backend(backend)
     check_transformers_version()
     from transformers.generation.continuous_batching.scheduler import SCHEDULER_MAPPING
 
     from ._cb import ChunkedPrefillCBScheduler, configured
 
-    if chunk_size is not None and chunk_size < 1:
-        raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
-    if max_prefills_per_step is not None and max_prefills_per_step < 1:
-        raise ValueError(f"max_prefills_per_step must be at least 1, got {max_prefills_per_step}")
-    if chunk_size is None and max_prefills_per_step is None and backend is None:
+    if chunk_size is None and max_prefills_per_step is None and module is None:
         cls: type[ChunkedPrefillCBScheduler] = ChunkedPrefillCBScheduler
     else:
         cls = configured(
             chunk_size=chunk_size,
             max_prefills_per_step=max_prefills_per_step,
-            backend=resolve_backend(backend),
+            backend=module,
         )
     SCHEDULER_MAPPING[name] = cls
     return cls
@@ -123,6 +127,10 @@ def timed_scheduler(cls: type[Any], sink: list[float]) -> type[Any]:
     """
     from time import perf_counter
 
+    if not isinstance(cls, type) or not callable(getattr(cls, "schedule_batch", None)):
+        reject("cls", "a transformers Scheduler class (with schedule_batch)", cls)
+    if not isinstance(sink, list):
+        reject("sink", "a list to append to", sink)
     inner = cls.schedule_batch
 
     def schedule_batch(self: Any, token_budget: int, cache_budget: int) -> Any:

@@ -9,6 +9,14 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
+from ._args import (
+    as_count,
+    as_optional_count,
+    check_model,
+    check_prompts,
+    optional_list,
+    vocab_size,
+)
 from ._backend import convert_config, resolve_backend
 
 try:
@@ -78,16 +86,13 @@ def generate(
     prompt, in the order of ``prompts``; greedy output matches ``model.generate(ids,
     do_sample=False, max_new_tokens=..., min_new_tokens=...)`` token for token.
     """
+    check_model(model)
+    ids = check_prompts(prompts, vocab_size(model))
     module = resolve_backend(backend)
     cfg = convert_config(config, module)
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-    if max_running is not None and max_running < 1:
-        raise ValueError(f"max_running must be at least 1 or None, got {max_running}")
-    ids = [[int(t) for t in p] for p in prompts]
-    for i, p in enumerate(ids):
-        if not p:
-            raise ValueError(f"prompt {i} is empty")
+    max_new_tokens = as_count("max_new_tokens", max_new_tokens)
+    max_running = as_optional_count("max_running", max_running)
+    timings = optional_list("timings", timings)
     run = _Run(_Forward(model), module.Scheduler(cfg), ids, max_new_tokens, max_running)
     # With interleave_decode=False a step may plan nothing while requests decode.
     fallback_decodes = max(cfg.max_decode_tokens, 1)

@@ -11,8 +11,6 @@ request already wrote.
 
 from __future__ import annotations
 
-import math
-import operator
 import os
 import threading
 from collections.abc import Iterable, Sequence
@@ -22,10 +20,22 @@ from typing import Any
 
 import torch
 
+from .._validate import _index, as_bool
+from ._args import (
+    as_arrival,
+    as_count,
+    as_salt,
+    check_model,
+    check_prompts,
+    eos_ids,
+    per_prompt,
+    text_config,
+    vocab_size,
+)
 from ._backend import convert_serving_config, resolve_serving_backend
 from ._kv_pool import KVPool
 from ._paged_forward import ModelCall, Work, run_step
-from ._steps import StepRecord, write_steps_csv
+from ._steps import OutputFile, StepRecord, write_rows
 
 
 @dataclass
@@ -99,12 +109,15 @@ class PagedEngine:
     def __init__(
         self, model: Any, config: Any, *, backend: Any = None, separate_decodes: bool = False
     ) -> None:
+        check_model(model)
+        module = resolve_serving_backend(backend)
+        config = convert_serving_config(config, module)
+        separate_decodes = as_bool("separate_decodes", separate_decodes)
         _check_full_attention(model)
         self.separate_decodes = separate_decodes
         """Run a step's decodes and its prefill chunks as two forward passes, so that decode
         rows are not padded to the longest chunk (one pass per step by default)."""
-        module = resolve_serving_backend(backend)
-        self.config = convert_serving_config(config, module)
+        self.config = config
         self.model = model
         self.pool = KVPool.for_model(model, self.config.num_blocks, self.config.block_size)
         self._module = module
@@ -127,13 +140,15 @@ class PagedEngine:
         generated before. A prompt that has not arrived yet never runs; one already finished
         is left alone.
         """
+        i = _index("index", index)
         with self._lock:
             run = self._run
             if run is None:
                 raise RuntimeError("abort() needs a generate() in progress")
-            if not 0 <= index < len(run.seqs):
-                raise IndexError(f"prompt index {index} out of range for {len(run.seqs)} prompts")
-            self._aborts.append(index)
+            n = len(run.seqs)
+            if not 0 <= i < n:
+                raise IndexError(f"index must be a prompt index between 0 and {n - 1}, got {i}")
+            self._aborts.append(i)
 
     def generate(
         self,
@@ -153,7 +168,10 @@ class PagedEngine:
         ``cache_salts`` gives each prompt its prefix-cache namespace (default 0: prompts
         share prefixes). ``arrival_s`` runs on the wall clock: prompt ``i`` reaches the
         scheduler ``arrival_s[i]`` seconds after the start (default: all at once).
-        ``steps_csv`` writes one row per step (:data:`~chunked_prefill.hf.STEP_COLUMNS`).
+        ``steps_csv`` writes one row per step (:data:`~chunked_prefill.hf.STEP_COLUMNS`)
+        when the run ends, through a temporary file beside it that is created before the run
+        (an unwritable path raises the ``OSError`` of ``open()``, naming ``steps_csv``, before
+        any step) and renamed into place, so a failed run leaves an existing file whole.
 
         Returns the generated tokens of each prompt, in prompt order. Afterwards
         :attr:`scheduler` holds the run's counters (``num_preemptions``,
@@ -163,10 +181,12 @@ class PagedEngine:
         ids, max_new, arrivals, salts, eos = self._check(
             prompts, max_new_tokens, eos_token_id, cache_salts, arrival_s
         )
-        run = _Run(ids, arrivals, eos)
         with self._lock:
             if self._run is not None:
                 raise RuntimeError("this PagedEngine is already running a generate()")
+            # Last of the checks: it creates the temporary file, which the run must remove.
+            output = None if steps_csv is None else OutputFile("steps_csv", steps_csv)
+            run = _Run(ids, arrivals, eos)
             self._run, self._aborts = run, []
         try:
             self.scheduler = self._module.ServingScheduler(self.config)
@@ -180,11 +200,13 @@ class PagedEngine:
                         self._step(run)
                     elif run.added < len(run.order):
                         sleep(max(0.0, arrivals[run.order[run.added]] - run.now()))
+            if output is not None:
+                output.commit(lambda f: write_rows(f, self.last_steps))
         finally:
             with self._lock:
                 self._run = None
-        if steps_csv is not None:
-            write_steps_csv(steps_csv, self.last_steps)
+            if output is not None:
+                output.discard()
         return run.outputs()
 
     # -- one run ---------------------------------------------------------------------------
@@ -199,31 +221,17 @@ class PagedEngine:
     ) -> tuple[list[list[int]], list[int], list[float], list[int], frozenset[int]]:
         """Convert the arguments, raising before anything runs; a throwaway scheduler takes
         every request so that its own checks (``request_never_fits``, ...) apply up front."""
-        ids = [[operator.index(t) for t in p] for p in prompts]
+        vocab = vocab_size(self.model)
+        ids = check_prompts(prompts, vocab)
         n = len(ids)
-        salts = [0] * n if cache_salts is None else [operator.index(s) for s in cache_salts]
-        arrivals = [0.0] * n if arrival_s is None else [float(a) for a in arrival_s]
-        max_new = _per_prompt(max_new_tokens, n)
-        if len(salts) != n or len(arrivals) != n:
-            raise ValueError(f"cache_salts and arrival_s need one entry per prompt ({n})")
-        if len(max_new) != n:
-            raise ValueError(
-                f"max_new_tokens needs one entry per prompt ({n}) when it is a sequence,"
-                f" got {len(max_new)}"
-            )
-        for i, a in enumerate(arrivals):
-            if not (math.isfinite(a) and a >= 0):
-                raise ValueError(f"arrival_s[{i}] must be a finite number >= 0, got {a!r}")
-        vocab = _vocab_size(self.model)
-        for i, p in enumerate(ids):
-            if vocab is not None and any(not 0 <= t < vocab for t in p):
-                raise ValueError(f"prompt {i} has a token id outside the vocabulary [0, {vocab})")
-        if eos_token_id is None:
-            eos: frozenset[int] = frozenset()
-        elif isinstance(eos_token_id, int) or hasattr(eos_token_id, "__index__"):
-            eos = frozenset((operator.index(eos_token_id),))  # type: ignore[arg-type]
-        else:
-            eos = frozenset(operator.index(t) for t in eos_token_id)
+        max_new = per_prompt("max_new_tokens", max_new_tokens, n, as_count)
+        salts = [0] * n
+        if cache_salts is not None:
+            salts = per_prompt("cache_salts", cache_salts, n, as_salt)
+        arrivals = [0.0] * n
+        if arrival_s is not None:
+            arrivals = per_prompt("arrival_s", arrival_s, n, as_arrival)
+        eos = eos_ids(eos_token_id)
         probe = self._module.ServingScheduler(self.config)
         for i, p in enumerate(ids):
             probe.add_request(i, p, max_new[i], cache_salt=salts[i])
@@ -322,29 +330,9 @@ class PagedEngine:
         """Called with every batch right after ``schedule()`` (a test may abort here)."""
 
 
-def _per_prompt(max_new_tokens: int | Sequence[int], n: int) -> list[int]:
-    """``max_new_tokens`` as one entry per prompt: a number (an int, a 0-d tensor, ...) is
-    repeated ``n`` times, a sequence (or 1-d array) gives one number per prompt."""
-    values: Any = max_new_tokens
-    try:
-        return [operator.index(values)] * n
-    except TypeError:  # not a single number
-        return [operator.index(m) for m in values]
-
-
-def _text_config(model: Any) -> Any:
-    config = model.config
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
-
-
-def _vocab_size(model: Any) -> int | None:
-    vocab = getattr(_text_config(model), "vocab_size", None)
-    return int(vocab) if vocab else None
-
-
 def _check_full_attention(model: Any) -> None:
     """The pool keeps every position of every layer: refuse sliding-window layers."""
-    config = _text_config(model)
+    config = text_config(model)
     kinds = getattr(config, "layer_types", None)
     if kinds is not None:
         other = sorted({k for k in kinds if k != "full_attention"})

@@ -7,11 +7,15 @@ fitted against it.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
 import os
-from collections.abc import Iterable, Sequence
+import secrets
+import stat
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 STEP_COLUMNS = (
     "prefill_tokens",
@@ -91,18 +95,112 @@ class StepRecord:
 
 
 def write_steps_csv(path: str | os.PathLike[str], steps: Sequence[StepRecord]) -> None:
-    """Write ``steps`` to ``path`` with the header :data:`STEP_COLUMNS`."""
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(STEP_COLUMNS)
-        for s in steps:
-            writer.writerow(
-                (
-                    s.prefill_tokens,
-                    s.decode_tokens,
-                    s.attention_pairs,
-                    s.decode_context_tokens,
-                    repr(s.duration_s),
-                    s.prefill_chunk_sq,
-                )
+    """Write ``steps`` to ``path`` with the header :data:`STEP_COLUMNS` (through a temporary
+    file renamed into place, so a failed write leaves an existing file whole)."""
+    out = OutputFile("path", path)
+    out.commit(lambda f: write_rows(f, steps))
+
+
+def write_rows(f: IO[str], steps: Sequence[StepRecord]) -> None:
+    writer = csv.writer(f)
+    writer.writerow(STEP_COLUMNS)
+    for s in steps:
+        writer.writerow(
+            (
+                s.prefill_tokens,
+                s.decode_tokens,
+                s.attention_pairs,
+                s.decode_context_tokens,
+                repr(s.duration_s),
+                s.prefill_chunk_sq,
             )
+        )
+
+
+def _os_error(name: str, shown: str, err: OSError) -> OSError:
+    """``err``'s class (``FileNotFoundError``, ``PermissionError``, ...) and errno, with a
+    message naming the argument: ``steps_csv: cannot write 'x/s.csv': No such file...``."""
+    reason = err.strerror or str(err)
+    new = type(err)(f"{name}: cannot write {shown!r}: {reason}")
+    new.errno = err.errno  # without a filename, str() stays the message above
+    return new
+
+
+class OutputFile:
+    """A file the caller writes after its work: the path is checked, and a temporary file
+    beside it created, when this is built (before the work); :meth:`commit` writes the
+    temporary file and renames it into place, :meth:`discard` removes it, so a run that
+    fails leaves an existing file whole.
+
+    The path follows symbolic links as ``open()`` does (the link keeps pointing at the new
+    file). A target that exists and is no regular file (``/dev/null``, a FIFO) is written in
+    place, as ``open()`` would.
+    """
+
+    def __init__(self, name: str, path: object) -> None:
+        if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
+            raise TypeError(
+                f"{name} must be a file path (a str or an os.PathLike of a str), got"
+                f" {type(path).__name__}: {path!r}"
+            )
+        shown = os.fspath(path)
+        if not shown or "\0" in shown:
+            raise ValueError(f"{name} must be a non-empty file path without NUL, got {shown!r}")
+        self.name, self.shown = name, shown
+        self.target = os.path.realpath(shown)
+        self.tmp: str | None = None
+        self._fd: int | None = None
+        try:
+            self._prepare()
+        except OSError as err:
+            raise _os_error(name, shown, err) from None
+
+    def _prepare(self) -> None:
+        target = self.target
+        if os.path.isdir(target):
+            raise IsADirectoryError(errno.EISDIR, "it is a folder")
+        exists = os.path.lexists(target)
+        if exists and not os.access(target, os.W_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+        if exists and not stat.S_ISREG(os.stat(target).st_mode):
+            return  # a device or a FIFO: written in place at commit
+        folder, base = os.path.split(target)
+        for _ in range(100):
+            tmp = os.path.join(folder, f".{base}.{secrets.token_hex(4)}.tmp")
+            try:
+                self._fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            except FileExistsError:
+                continue
+            self.tmp = tmp
+            if exists:  # keep the mode of the file it replaces
+                os.chmod(tmp, stat.S_IMODE(os.stat(target).st_mode))
+            return
+        raise FileExistsError(errno.EEXIST, "no free temporary file name beside it")
+
+    def commit(self, write: Callable[[IO[str]], None]) -> None:
+        """Write the file with ``write(file)`` and put it in place."""
+        try:
+            if self._fd is None:
+                with open(self.target, "w", newline="", encoding="utf-8") as f:
+                    write(f)
+                return
+            fd, self._fd = self._fd, None
+            with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
+                write(f)
+            assert self.tmp is not None
+            os.replace(self.tmp, self.target)
+            self.tmp = None
+        except OSError as err:
+            raise _os_error(self.name, self.shown, err) from None
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        """Remove the temporary file (the target is left as it was)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+        if self.tmp is not None:
+            tmp, self.tmp = self.tmp, None
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)

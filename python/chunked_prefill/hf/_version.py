@@ -32,6 +32,8 @@ def check_transformers_version(version: str | None = None) -> str:
     ``version`` overrides the installed one (for tests). The error names
     :data:`SUPPORTED_TRANSFORMERS` and the verified releases.
     """
+    if version is not None and not isinstance(version, str):
+        raise TypeError(f"version must be None or a str, got {type(version).__name__}: {version!r}")
     if version is None:
         try:
             version = metadata.version("transformers")
