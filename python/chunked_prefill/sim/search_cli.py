@@ -28,9 +28,11 @@ from .cli import (
     add_scheduler_flags,
     add_slo_flags,
     add_workload_flags,
+    check_grid,
     check_plot_path,
     check_serving_configs,
     serving_configs_from_args,
+    synthetic_error,
     workload_from_args,
 )
 from .engine import ProfileError
@@ -284,7 +286,10 @@ def _check(args: argparse.Namespace, source: RateWorkload, engines: list[EngineS
         except ImportError:
             raise UsageError(f"argument --ray: needs Ray; {RAY_HINT}") from None
     start = args.rate if args.rate is not None else None
-    probe = source.at_rate(start if start is not None else _default_start(source))
+    try:
+        probe = source.at_rate(start if start is not None else _default_start(source))
+    except ValueError as err:  # the synthetic workload of every request, not only the first
+        raise synthetic_error(args, err) from None
     configs = serving_configs_from_args(args)
     for spec in engines:
         check_serving_configs(args, probe, configs, spec.model, spec.memory, _util(args))
@@ -301,6 +306,7 @@ def _util(args: argparse.Namespace) -> float:
 def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    check_grid(args)
     source = _source(args)
     engines = _engines(args)
     _check(args, source, engines)
