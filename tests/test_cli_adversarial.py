@@ -268,6 +268,39 @@ def test_check_fits_is_exact_past_int64() -> None:
         check_fits(wl, {"block_size": 2**61, "num_blocks": 3, "watermark": 0.0})
 
 
+@pytest.mark.parametrize("rate", ["inf", "1e301"])
+def test_search_starts_at_a_finite_rate(
+    capsys: pytest.CaptureFixture[str], no_simulation: None, rate: str
+) -> None:
+    line = _error(capsys, "search", "--slo-ttft", "1", "--rate", rate)
+    assert line == f"argument --rate: expected requests/s in [1e-06, 1e+300], got {rate!r}"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--prefix-tokens", str(2**63 - 1)],
+            "argument --prefix-tokens: the synthetic workload: request 0: prompt_tokens must be",
+        ),
+        (
+            ["--prefix-tokens", str(2**63 - 1), "--turns", "3"],
+            "arguments --prefix-tokens, --turns: the synthetic workload: request ",
+        ),
+    ],
+)
+@pytest.mark.parametrize("command", ["simulate", "search"])
+def test_a_synthetic_workload_past_the_token_range_names_its_flags(
+    capsys: pytest.CaptureFixture[str],
+    no_simulation: None,
+    command: str,
+    flags: list[str],
+    message: str,
+) -> None:
+    slo = ["--slo-ttft", "1"] if command == "search" else []
+    assert _error(capsys, command, "--requests", "50", *slo, *flags).startswith(message)
+
+
 # ------------------------------------------------------------------ 14: the grid
 
 

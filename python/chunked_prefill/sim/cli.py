@@ -86,6 +86,9 @@ DEFAULT_MAX_STEPS = 10_000_000
 """``--max-steps`` unless told: about a minute or two of simulation per configuration."""
 MAX_STEPS_LIMIT = 10**12
 """The largest ``--max-steps``."""
+MAX_SEARCH_RATE = 1e300
+"""The highest first rate of ``search --rate``: the search doubles it ten times, and every
+rate and capacity it reports stays a finite number."""
 MAX_GRID = 10_000
 """The most configurations one command runs (``simulate``) or searches (``search``): the
 product of the distinct values of every comma list. Above it the command is refused before
@@ -167,7 +170,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
 
 def add_workload_flags(p: argparse.ArgumentParser, *, rate_help: str | None = None) -> None:
     """The workload flags (``--trace``, ``--requests``, ``--rate``, ...), shared with
-    ``chunked-prefill search`` (which reads ``--rate`` as its first probed rate)."""
+    ``chunked-prefill search`` (which reads ``--rate`` as its first probed rate, so a
+    ``rate_help`` there also bounds it by :data:`MAX_SEARCH_RATE`)."""
     w = p.add_argument_group("workload")
     w.add_argument(
         "--trace",
@@ -190,7 +194,7 @@ def add_workload_flags(p: argparse.ArgumentParser, *, rate_help: str | None = No
     )
     w.add_argument(
         "--rate",
-        type=float_flag(MIN_RATE, math.inf, what="requests/s"),
+        type=float_flag(MIN_RATE, MAX_SEARCH_RATE if rate_help else math.inf, what="requests/s"),
         metavar="R",
         help=rate_help
         or f"Poisson arrival rate, requests/s, at least {MIN_RATE:g}, or 'inf' for all at t=0;"

@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 from .._args import UsageError, float_flag, int_flag, list_of, one_line, show
 from .cli import (
     DEFAULT_MAX_STEPS,
+    MAX_SEARCH_RATE,
     MIN_RATE,
     add_engine_flags,
     add_scheduler_flags,
@@ -81,8 +82,8 @@ _ray_address.__name__ = "a Ray address"
 def _configure(p: argparse.ArgumentParser) -> None:
     add_workload_flags(
         p,
-        rate_help=f"the first probed rate, requests/s, at least {MIN_RATE:g} (default:"
-        f" {DEFAULT_RATE:g} for the synthetic workload, a trace's own mean rate)",
+        rate_help=f"the first probed rate, requests/s, {MIN_RATE:g} to {MAX_SEARCH_RATE:g}"
+        f" (default: {DEFAULT_RATE:g} for the synthetic workload, a trace's own mean rate)",
     )
     add_scheduler_flags(p, planner=False)
     add_engine_flags(p, engine_list=True)
