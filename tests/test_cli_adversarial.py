@@ -220,7 +220,10 @@ def test_a_kv_pool_past_u64_names_the_flags(
         " --max-running 256 --block-size 16: the GPU memory leaves 46079999999999999991317"
         " KV-cache blocks, above 2**64 - 1 (h100-sxm (overridden): 1e+20 GiB x 0.9"
     ), line
-    assert line.endswith("; lower --gpu-memory-gib, raise --block-size or give --num-blocks")
+    assert line.endswith(
+        "; lower --gpu-memory-gib (or the --gpu profile's memory_bytes), raise --block-size or"
+        " give --num-blocks"
+    )
 
 
 @pytest.mark.parametrize("chunk", [["--chunk-size", "none"], ["--token-budget", "none"]])

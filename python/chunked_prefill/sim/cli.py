@@ -877,8 +877,8 @@ def check_serving_configs(
         if options["num_blocks"] > U64_MAX:
             raise UsageError(
                 f"{what}: the GPU memory leaves {options['num_blocks']} KV-cache blocks, above"
-                f" 2**64 - 1 ({memory.describe(cfg.block_size, util)}); lower --gpu-memory-gib,"
-                " raise --block-size or give --num-blocks"
+                f" 2**64 - 1 ({memory.describe(cfg.block_size, util)}); lower --gpu-memory-gib (or"
+                " the --gpu profile's memory_bytes), raise --block-size or give --num-blocks"
             )
         if options["token_budget"] > U64_MAX:
             raise UsageError(
