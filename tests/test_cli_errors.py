@@ -257,10 +257,12 @@ def test_simulate_flag_errors(
     _one_error(capsys, ["simulate", *argv], *needles)
 
 
-def test_unknown_flag_is_one_line_from_the_top_parser(capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_flag_is_one_line_from_the_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _cli(capsys, "simulate", "--no-such-flag")
     assert code == 2
-    assert err.splitlines() == ["chunked-prefill: error: unrecognized arguments: --no-such-flag"]
+    assert err.splitlines() == [
+        "chunked-prefill simulate: error: unrecognized arguments: --no-such-flag"
+    ]
 
 
 def test_plot_path_is_checked_before_simulating(

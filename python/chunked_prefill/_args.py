@@ -13,12 +13,13 @@ import argparse
 import math
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NoReturn, TypeVar
 
 __all__ = [
     "U64_MAX",
     "ArgumentParser",
+    "SubcommandParser",
     "UsageError",
     "float_flag",
     "int_flag",
@@ -46,6 +47,21 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         fail(self.prog, message)
+
+
+class SubcommandParser(ArgumentParser):
+    """A subcommand's parser (``add_subparsers(parser_class=SubcommandParser)``): an argument
+    it does not know is its own error, ``chunked-prefill simulate: error: unrecognized
+    arguments: ...``; argparse would leave it to the top parser, whose message names no
+    subcommand."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
 
 
 def fail(prog: str, message: str) -> NoReturn:

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import IO, Any
 
-from ._args import U64_MAX, ArgumentParser, UsageError, int_flag, one_line
+from ._args import U64_MAX, ArgumentParser, SubcommandParser, UsageError, int_flag, one_line
 
 __all__ = ["build_parser", "iter_plan_rows", "main", "plan_rows"]
 
@@ -325,7 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
         " line 'chunked-prefill COMMAND: error: ...' on stderr and exit status 2.",
     )
     parser.add_argument("--version", action="version", version=_version())
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=SubcommandParser
+    )
     from .sim import cli as sim_cli
     from .sim import engines_cli, search_cli
 

@@ -29,6 +29,7 @@ __all__ = [
     "MODELS",
     "TP_DEGREES",
     "EngineFitError",
+    "EngineRangeError",
     "GpuSpec",
     "ModelConfigError",
     "ModelSpec",
@@ -52,6 +53,11 @@ class ModelConfigError(ValueError):
 
 class EngineFitError(ValueError):
     """A model that does not fit (or does not split across) the GPUs at that TP degree."""
+
+
+class EngineRangeError(ValueError):
+    """A model and GPU whose roofline gives a step time past :data:`~.engine.MAX_COEFFICIENT_S`
+    per unit (a GPU figure far too small for the model): the message names the GPU figure."""
 
 
 @dataclass(frozen=True)
@@ -378,20 +384,77 @@ def _read_json(path: str, error: type[ValueError]) -> dict[str, Any]:
     return table
 
 
+MAX_MODEL_COUNT = 10**12
+"""The largest count a ``config.json`` key may hold (layers, sizes, heads, experts): far
+above any real model, low enough that every figure derived from them stays exact."""
+
+
 def _count(path: str, table: dict[str, Any], key: str, default: int | None = None) -> int:
-    """A positive whole number of ``table[key]`` (``default`` when absent or null)."""
+    """A positive whole number of ``table[key]``, at most :data:`MAX_MODEL_COUNT`
+    (``default`` when absent or null)."""
     value = table.get(key)
     if value is None and default is not None:
         return default
     if value is None and key not in table:
         raise ModelConfigError(f"{path}: key {key!r}: missing (a positive whole number)")
     parsed = exact(value) if isinstance(value, Number) else None
-    number = whole(*parsed) if parsed is not None and abs(parsed[0]) < 10**12 else None
+    number = whole(*parsed) if parsed is not None and abs(parsed[0]) < 10**30 else None
     if number is None or number < 1:
         raise ModelConfigError(
             f"{path}: key {key!r}: expected a positive whole number, got {_kind(value)}"
         )
+    if number > MAX_MODEL_COUNT:
+        raise ModelConfigError(
+            f"{path}: key {key!r}: expected a positive whole number up to 10**12, got"
+            f" {_kind(value)}"
+        )
     return number
+
+
+def _heads(path: str, table: dict[str, Any], hidden: int, heads: int) -> tuple[int, int]:
+    """The K/V heads and the head size, checked against the attention heads: the K/V heads
+    divide them (grouped-query attention), and without ``head_dim`` the heads divide
+    ``hidden_size`` (``head_dim`` is then ``hidden_size / num_attention_heads``)."""
+    kv = _count(path, table, "num_key_value_heads", heads)
+    if kv > heads:
+        raise ModelConfigError(
+            f"{path}: key 'num_key_value_heads': {kv} is above num_attention_heads ({heads})"
+        )
+    if heads % kv:
+        raise ModelConfigError(
+            f"{path}: key 'num_key_value_heads': {kv} does not divide num_attention_heads ({heads})"
+        )
+    if table.get("head_dim") is None and hidden % heads:
+        raise ModelConfigError(
+            f"{path}: key 'num_attention_heads': {heads} does not divide hidden_size ({hidden}),"
+            " and there is no head_dim to give the head size"
+        )
+    return kv, _count(path, table, "head_dim", hidden // heads)
+
+
+_OTHER_MOE_KEYS = ("num_experts", "n_routed_experts", "moe_intermediate_size", "n_shared_experts")
+"""Keys of mixture-of-experts layouts other than Mixtral's (Qwen-MoE, DeepSeek): their
+shared experts and expert sizes are not modelled, so a config with them is refused rather
+than read as a dense model."""
+
+
+def _experts(path: str, table: dict[str, Any]) -> tuple[int, int]:
+    """``(num_local_experts, num_experts_per_tok)``, ``(0, 0)`` for a dense model."""
+    other = [key for key in _OTHER_MOE_KEYS if table.get(key) not in (None, 0)]
+    if other and table.get("num_local_experts") is None:
+        raise ModelConfigError(
+            f"{path}: key {other[0]!r}: a mixture of experts this reader does not model (it"
+            " reads Mixtral's num_local_experts and num_experts_per_tok)"
+        )
+    if table.get("num_local_experts") is None and table.get("num_experts_per_tok") is None:
+        return 0, 0
+    experts = _count(path, table, "num_local_experts")
+    per_tok = _count(path, table, "num_experts_per_tok")
+    if per_tok > experts:
+        raise ModelConfigError(
+            f"{path}: key 'num_experts_per_tok': {per_tok} is above num_local_experts ({experts})"
+        )
+    return experts, per_tok
 
 
 def _dtype(path: str, table: dict[str, Any]) -> int:
@@ -428,23 +491,8 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
             "vocab_size",
         )
     }
-    heads = counts["num_attention_heads"]
-    kv = _count(name, table, "num_key_value_heads", heads)
-    if heads % kv:
-        raise ModelConfigError(
-            f"{name}: key 'num_key_value_heads': {kv} does not divide num_attention_heads ({heads})"
-        )
-    head_dim_default = counts["hidden_size"] // heads
-    head_dim = _count(name, table, "head_dim", head_dim_default)
-    experts = per_tok = 0
-    if "num_local_experts" in table or "num_experts_per_tok" in table:
-        experts = _count(name, table, "num_local_experts")
-        per_tok = _count(name, table, "num_experts_per_tok")
-        if per_tok > experts:
-            raise ModelConfigError(
-                f"{name}: key 'num_experts_per_tok': {per_tok} is above num_local_experts"
-                f" ({experts})"
-            )
+    kv, head_dim = _heads(name, table, counts["hidden_size"], counts["num_attention_heads"])
+    experts, per_tok = _experts(name, table)
     tied = table.get("tie_word_embeddings", False)
     if not isinstance(tied, bool):
         raise ModelConfigError(
@@ -640,4 +688,41 @@ def engine_for(
     why = fits(spec, card, tp, gpu_memory_utilization)
     if why is not None:
         raise EngineFitError(why)
-    return RooflineModel.build(spec, card, tp), kv_memory(spec, card, tp)
+    roofline = RooflineModel.build(spec, card, tp)
+    _check_times(roofline)
+    return roofline, kv_memory(spec, card, tp)
+
+
+_TIME_SOURCES = {
+    "overhead_s": "-step_overhead_s",
+    "token_s": "peak_flops (--gpu-tflops) x gemm_efficiency",
+    "head_row_s": "peak_flops (--gpu-tflops) x gemm_efficiency",
+    "dense_read_s": "hbm_bandwidth (--gpu-hbm-tbs) x hbm_efficiency",
+    "expert_read_s": "hbm_bandwidth (--gpu-hbm-tbs) x hbm_efficiency",
+    "pair_s": "peak_flops (--gpu-tflops) x attention_efficiency",
+    "chunk_sq_s": "peak_flops (--gpu-tflops) x chunk_attention_efficiency",
+    "kv_token_s": "hbm_bandwidth (--gpu-hbm-tbs) x hbm_efficiency",
+    "allreduce_call_s": "-allreduce_latency_s",
+    "allreduce_token_s": "link_bandwidth (--gpu-link-gbs) x link_efficiency",
+}
+"""Each time coefficient of the roofline and the GPU figure it is inversely proportional to
+(``-FIELD``: the GPU field in seconds it is proportional to), for :func:`_check_times`."""
+
+
+def _check_times(roofline: RooflineModel) -> None:
+    """Refuse a roofline with a time coefficient above ``MAX_COEFFICIENT_S`` (the linear
+    engine's bound): the simulated times would reach infinity and the report mean nothing."""
+    from .engine import MAX_COEFFICIENT_S
+
+    for key, source in _TIME_SOURCES.items():
+        value = getattr(roofline, key)
+        if not value <= MAX_COEFFICIENT_S:  # NaN too
+            why = (
+                f"lower the GPU's {source[1:]}"
+                if source.startswith("-")
+                else f"{source} is too low for this model"
+            )
+            raise EngineRangeError(
+                f"{roofline.name}: the roofline's {key} is {value:.3g} s, above"
+                f" {MAX_COEFFICIENT_S:g} s: {why}"
+            )

@@ -87,6 +87,33 @@ DEFAULT_MAX_STEPS = 10_000_000
 """``--max-steps`` unless told: about a minute or two of simulation per configuration."""
 MAX_STEPS_LIMIT = 10**12
 """The largest ``--max-steps``."""
+MAX_SEARCH_RATE = 1e300
+"""The highest first rate of ``search --rate``: the search doubles it ten times, and every
+rate and capacity it reports stays a finite number."""
+MAX_GRID = 10_000
+"""The most configurations one command runs (``simulate``) or searches (``search``): the
+product of the distinct values of every comma list. Above it the command is refused before
+anything runs; a larger grid takes hours and its list of configurations alone may not fit
+in memory."""
+
+GRID_FLAGS = (
+    ("--chunk-size", "chunk_size"),
+    ("--token-budget", "token_budget"),
+    ("--max-prefills-per-step", "max_prefills_per_step"),
+    ("--max-decode-tokens", "max_decode_tokens"),
+    ("--max-running", "max_running"),
+    ("--block-size", "block_size"),
+    ("--num-blocks", "num_blocks"),
+    ("--watermark", "watermark"),
+    ("--prefix-caching", "prefix_caching"),
+    ("--engine", "engine"),
+    ("--gpu", "gpu"),
+    ("--tp", "tp"),
+    ("--replicas", "replicas"),
+    ("--router", "router"),
+)
+"""The comma-list flags whose cross product is the grid (``search`` has all, ``simulate``
+the scheduler's; a flag that is not a list there is not an axis)."""
 
 _DESCRIPTION = """\
 Replay a workload through a real scheduler against a model of the engine (step latency and
@@ -144,7 +171,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
 
 def add_workload_flags(p: argparse.ArgumentParser, *, rate_help: str | None = None) -> None:
     """The workload flags (``--trace``, ``--requests``, ``--rate``, ...), shared with
-    ``chunked-prefill search`` (which reads ``--rate`` as its first probed rate)."""
+    ``chunked-prefill search`` (which reads ``--rate`` as its first probed rate, so a
+    ``rate_help`` there also bounds it by :data:`MAX_SEARCH_RATE`)."""
     w = p.add_argument_group("workload")
     w.add_argument(
         "--trace",
@@ -167,7 +195,7 @@ def add_workload_flags(p: argparse.ArgumentParser, *, rate_help: str | None = No
     )
     w.add_argument(
         "--rate",
-        type=float_flag(MIN_RATE, math.inf, what="requests/s"),
+        type=float_flag(MIN_RATE, MAX_SEARCH_RATE if rate_help else math.inf, what="requests/s"),
         metavar="R",
         help=rate_help
         or f"Poisson arrival rate, requests/s, at least {MIN_RATE:g}, or 'inf' for all at t=0;"
@@ -518,12 +546,15 @@ def workload_from_args(args: argparse.Namespace, *, rate: bool = True) -> Worklo
         ):
             if value is not None:
                 raise UsageError(f"{flag} applies to the synthetic workload, not to --trace")
-        wl = load_trace(
-            args.trace,
-            time_unit=args.time_unit,
-            hash_block=args.hash_block or 512,
-            prefix_tokens=args.prefix_tokens or 0,
-        )
+        try:
+            wl = load_trace(
+                args.trace,
+                time_unit=args.time_unit,
+                hash_block=args.hash_block or 512,
+                prefix_tokens=args.prefix_tokens or 0,
+            )
+        except TraceError as err:
+            raise UsageError(f"argument --trace: {err}") from None
         if args.prefix_tokens and not wl.group:
             raise UsageError(
                 f"argument --prefix-tokens: {args.trace} has no prefix_id column to say"
@@ -541,14 +572,17 @@ def workload_from_args(args: argparse.Namespace, *, rate: bool = True) -> Worklo
             raise UsageError("argument --hash-block: applies to a --trace with hash_ids")
         if args.prefix_groups is not None and not args.prefix_tokens:
             raise UsageError("argument --prefix-groups: needs --prefix-tokens N (N > 0)")
-        wl = default_workload(
-            args.requests if args.requests is not None else DEFAULT_REQUESTS,
-            rate=args.rate if args.rate is not None else DEFAULT_RATE,
-            seed=args.seed if args.seed is not None else 0,
-            prefix_tokens=args.prefix_tokens or 0,
-            prefix_groups=args.prefix_groups or 1,
-            turns=args.turns or 1,
-        )
+        try:
+            wl = default_workload(
+                args.requests if args.requests is not None else DEFAULT_REQUESTS,
+                rate=args.rate if args.rate is not None else DEFAULT_RATE,
+                seed=args.seed if args.seed is not None else 0,
+                prefix_tokens=args.prefix_tokens or 0,
+                prefix_groups=args.prefix_groups or 1,
+                turns=args.turns or 1,
+            )
+        except ValueError as err:
+            raise synthetic_error(args, err) from None
     try:
         wl = wl.scaled(args.prompt_scale, 1.0)
     except ValueError as err:
@@ -557,6 +591,21 @@ def workload_from_args(args: argparse.Namespace, *, rate: bool = True) -> Worklo
         return wl.scaled(1.0, args.output_scale)
     except ValueError as err:
         raise UsageError(f"argument --output-scale: {err}") from None
+
+
+def synthetic_error(args: argparse.Namespace, err: ValueError) -> UsageError:
+    """The error of a synthetic workload that cannot be drawn (a prompt past 2**63 - 1
+    tokens once the shared prefix or the previous turns are added), naming the flags that
+    shape it."""
+    given = [
+        flag
+        for flag, value in (("--prefix-tokens", args.prefix_tokens), ("--turns", args.turns))
+        if value is not None
+    ]
+    flags = ", ".join(given) or "--requests"
+    return UsageError(
+        f"argument{'s' if len(given) > 1 else ''} {flags}: the synthetic workload: {err}"
+    )
 
 
 def _utilization(args: argparse.Namespace) -> float:
@@ -579,7 +628,10 @@ def engine_from_args(args: argparse.Namespace, preset: str | None = None) -> Eng
     coefficient overrides applied."""
     model = ENGINE_PRESETS[preset or args.engine or DEFAULT_ENGINE.name]
     if args.profile is not None:
-        model = load_profile(args.profile, base=model)
+        try:
+            model = load_profile(args.profile, base=model)
+        except ProfileError as err:
+            raise UsageError(f"argument --profile: {err}") from None
     overrides = {
         "t_min_s": args.t_min,
         "c0_s": args.c0,
@@ -673,6 +725,24 @@ _SERVING_ONLY = (
 )
 
 
+def check_grid(args: argparse.Namespace) -> None:
+    """Refuse, before any list is expanded, a grid of more than :data:`MAX_GRID`
+    configurations, naming the comma lists that make it."""
+    axes = [
+        (flag, len(set(value)))
+        for flag, name in GRID_FLAGS
+        if isinstance(value := getattr(args, name, None), list) and len(value) > 1
+    ]
+    size = math.prod(n for _, n in axes)
+    if size > MAX_GRID:
+        flags = ", ".join(flag for flag, _ in axes)
+        counts = " x ".join(str(n) for _, n in axes)
+        raise UsageError(
+            f"arguments {flags}: their comma lists make {size} configurations ({counts}"
+            f" distinct values), above the limit of {MAX_GRID}; give fewer values"
+        )
+
+
 def _configs(args: argparse.Namespace) -> list[SimConfig]:
     for flag, name in _SERVING_ONLY:
         if getattr(args, name) is not None:
@@ -736,6 +806,7 @@ def _flags(cfg: SimConfig) -> str:
 def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    check_grid(args)
     if args.plot is not None:
         check_plot_path(args.plot)
     if args.scheduler == "serving":
@@ -806,10 +877,22 @@ def check_serving_configs(
     from ..pure_serving import ServingConfig
 
     for cfg, options in zip(configs, resolved):
+        what = _serving_flags(cfg)
+        if options["num_blocks"] > U64_MAX:
+            raise UsageError(
+                f"{what}: the GPU memory leaves {options['num_blocks']} KV-cache blocks, above"
+                f" 2**64 - 1 ({memory.describe(cfg.block_size, util)}); lower --gpu-memory-gib (or"
+                " the --gpu profile's memory_bytes), raise --block-size or give --num-blocks"
+            )
+        if options["token_budget"] > U64_MAX:
+            raise UsageError(
+                f"{what}: 'none' stretches the token budget to the longest request plus"
+                f" --max-running + 1 = {options['token_budget']}, above 2**64 - 1; give"
+                " --token-budget or lower --max-running"
+            )
         try:
             ServingConfig(**options)
-        except ValueError as err:
-            what = _serving_flags(cfg)
+        except (ValueError, OverflowError) as err:  # OverflowError: a derived count past u64
             if options["num_blocks"] == 0:
                 raise UsageError(
                     f"{what}: no KV-cache block fits: {memory.describe(cfg.block_size, util)};"

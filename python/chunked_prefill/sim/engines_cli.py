@@ -20,6 +20,7 @@ from .catalog import (
     MODELS,
     TP_DEGREES,
     EngineFitError,
+    EngineRangeError,
     ModelConfigError,
     engine_for,
     fits,
@@ -133,7 +134,7 @@ def roofline_from_args(
         return engine_for(args.model, gpu, args.tp or 1, gpu_memory_utilization=utilization)
     except ModelConfigError as err:
         raise UsageError(f"argument --model: {err}") from None
-    except EngineFitError as err:
+    except (EngineFitError, EngineRangeError) as err:
         raise UsageError(f"arguments --model/--gpu/--tp: {err}") from None
 
 

@@ -22,6 +22,7 @@ import io
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from decimal import Decimal
 
 import numpy as np
 import numpy.typing as npt
@@ -115,10 +116,15 @@ def write_steps_csv(steps: Iterable[StepRecord], path: str | os.PathLike[str]) -
     return n
 
 
+MIN_DURATION_S = Decimal("1e-9")
+"""The shortest step ``fit`` reads, a nanosecond (no forward pass is shorter): the least
+squares of shorter ones leave the float range (``1e-300`` s steps) before any check."""
+
+
 def _duration(path: str, line: int, raw: str) -> float:
-    rule = "expected a duration in seconds, a number above 0 and at most 1e9"
+    rule = "expected a duration in seconds, a number from 1e-9 to 1e9"
     parsed = exact(raw)
-    if parsed is None or not 0 < parsed[0] <= 10**9:
+    if parsed is None or not MIN_DURATION_S <= parsed[0] <= 10**9:
         raise TraceError(path, line, "duration_s", f"{rule}, got {_show(raw)}")
     return float(parsed[0])
 
@@ -269,6 +275,13 @@ def fit_steps(s: Steps, name: str = "fitted") -> FitResult:
     fewer than two distinct batch sizes. Coefficients whose term is 0 in every step (no
     prefill, no decode) are kept at 0 and named in :attr:`FitResult.unidentified`.
     """
+    # Steps far apart in scale can overflow numpy's sums: the coefficients are checked
+    # instead (a warning printed before the command's error line would be a second line).
+    with np.errstate(all="ignore"):
+        return _fit_steps(s, name)
+
+
+def _fit_steps(s: Steps, name: str) -> FitResult:
     if len(s) < 5:
         raise ValueError(f"fitting needs at least 5 steps, got {len(s)}")
     n = s.prefill_tokens + s.decode_tokens
@@ -313,6 +326,11 @@ def _result(coef: Array, s: Steps, name: str) -> FitResult:
         coef[1] = coef[2] = 0.0
     for p in unidentified:
         coef[_PARAMS.index(p)] = 0.0
+    if not np.isfinite(coef).all():
+        raise ValueError(
+            "the fitted coefficients are not finite numbers: the steps' counts and durations"
+            " are too far apart in scale to fit"
+        )
     engine = EngineModel(name=name, **{p: float(c) for p, c in zip(_PARAMS, coef)})
     rel = np.abs(_predict(coef, s) - s.duration_s) / s.duration_s
     p50, p90, p99 = (float(np.percentile(rel, q)) for q in (50, 90, 99))

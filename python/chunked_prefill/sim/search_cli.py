@@ -31,14 +31,17 @@ from .._args import (
 )
 from .cli import (
     DEFAULT_MAX_STEPS,
+    MAX_SEARCH_RATE,
     MIN_RATE,
     add_engine_flags,
     add_scheduler_flags,
     add_slo_flags,
     add_workload_flags,
+    check_grid,
     check_plot_path,
     check_serving_configs,
     serving_configs_from_args,
+    synthetic_error,
     workload_from_args,
 )
 from .engine import ProfileError
@@ -87,8 +90,8 @@ _ray_address.__name__ = "a Ray address"
 def _configure(p: argparse.ArgumentParser) -> None:
     add_workload_flags(
         p,
-        rate_help=f"the first probed rate, requests/s, at least {MIN_RATE:g} (default:"
-        f" {DEFAULT_RATE:g} for the synthetic workload, a trace's own mean rate)",
+        rate_help=f"the first probed rate, requests/s, {MIN_RATE:g} to {MAX_SEARCH_RATE:g}"
+        f" (default: {DEFAULT_RATE:g} for the synthetic workload, a trace's own mean rate)",
     )
     add_scheduler_flags(p, planner=False)
     add_engine_flags(p, engine_list=True)
@@ -294,7 +297,10 @@ def _check(args: argparse.Namespace, source: RateWorkload, engines: list[EngineS
         except ImportError:
             raise UsageError(f"argument --ray: needs Ray; {RAY_HINT}") from None
     start = args.rate if args.rate is not None else None
-    probe = source.at_rate(start if start is not None else _default_start(source))
+    try:
+        probe = source.at_rate(start if start is not None else _default_start(source))
+    except ValueError as err:  # the synthetic workload of every request, not only the first
+        raise synthetic_error(args, err) from None
     configs = serving_configs_from_args(args)
     for spec in engines:
         check_serving_configs(args, probe, configs, spec.model, spec.memory, _util(args))
@@ -311,6 +317,7 @@ def _util(args: argparse.Namespace) -> float:
 def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    check_grid(args)
     source = _source(args)
     engines = _engines(args)
     _check(args, source, engines)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from .._args import UsageError, int_flag, list_of
-from .catalog import GPUS, MODELS, EngineFitError, ModelConfigError, engine_for
+from .catalog import GPUS, MODELS, EngineFitError, EngineRangeError, ModelConfigError, engine_for
 from .cli import engine_from_args
 from .engine import DEFAULT_ENGINE, DEFAULT_GPU_MEMORY_UTILIZATION, MEMORY_PRESETS
 from .engines_cli import LINEAR_FLAGS
@@ -82,7 +82,7 @@ def _roofline_specs(args: argparse.Namespace) -> list[EngineSpec]:
                 model, memory = engine_for(
                     args.model, gpu, tp, gpu_memory_utilization=utilization(args)
                 )
-            except ModelConfigError as err:
+            except (ModelConfigError, EngineRangeError) as err:
                 raise UsageError(f"argument --model/--gpu: {err}") from None
             except EngineFitError as err:
                 unfit.append(f"{gpu} at TP {tp}: {err}")

@@ -52,11 +52,14 @@ def _first_unfit(workload: Workload, bs: int, usable: int) -> int | None:
 
     if len(workload) == 0:
         return None
+    top = int(np.iinfo(np.int64).max)
     p = np.asarray(workload.prompt_tokens, dtype=np.int64)
     o = np.asarray(workload.output_tokens, dtype=np.int64)
-    if int(p.max()) + int(o.max()) > np.iinfo(np.int64).max:
+    if int(p.max()) + int(o.max()) > top:
         return 0
-    unfit = np.flatnonzero(-(-(p + o - 1) // bs) > usable)
+    # Counts up to 2**64 - 1 do not fit int64; clamped to its top they give the same
+    # answers, as every p + o - 1 is at most that top (ceil(x / bs) is then 0 or 1 either way).
+    unfit = np.flatnonzero(-(-(p + o - 1) // min(bs, top)) > min(usable, top))
     return int(unfit[0]) if unfit.size else None
 
 
