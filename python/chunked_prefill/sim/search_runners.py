@@ -10,11 +10,17 @@ independent of that order.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import logging
 import os
+import signal
+import sys
+import threading
+import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -114,9 +120,52 @@ class SerialRunner:
 _WORKER_CTX: ProbeContext | None = None
 
 
-def _init_worker(ctx: ProbeContext) -> None:
+def _init_worker(ctx: ProbeContext, parent: int) -> None:
     global _WORKER_CTX
     _WORKER_CTX = ctx
+    # Ctrl-C reaches the whole foreground process group: the parent handles it (it stops
+    # the workers); a worker would print a KeyboardInterrupt traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with(parent)
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Ctrl-C ignored while the block runs, in the main thread (elsewhere no handler can be
+    set, and a KeyboardInterrupt never lands)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+_PR_SET_PDEATHSIG = 1
+_WATCH_INTERVAL_S = 0.5
+
+
+def _die_with(parent: int) -> None:
+    """End this worker when the process ``parent`` ends, even by SIGKILL (which runs no
+    cleanup in the parent): on Linux the kernel sends SIGKILL on the parent's death
+    (``PR_SET_PDEATHSIG``); everywhere a daemon thread watches for a new parent pid (the
+    worker is re-parented when its parent dies), which also covers a parent that died
+    before the request was made."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_WATCH_INTERVAL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _probe_in_worker(index: int, rate: float) -> Done:
@@ -137,12 +186,16 @@ class PoolRunner:
             max_workers=workers,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_init_worker,
-            initargs=(ctx,),
+            initargs=(ctx, os.getpid()),
         )
         self._pending: set[Future[Done]] = set()
 
     def submit(self, index: int, rate: float) -> None:
-        self._pending.add(self._pool.submit(_probe_in_worker, index, rate))
+        # The pool starts a worker on demand inside submit(); one started while Ctrl-C is
+        # ignored ignores it from its first instruction (Python keeps an ignored SIGINT
+        # ignored), before its initializer can say so.
+        with _sigint_ignored():
+            self._pending.add(self._pool.submit(_probe_in_worker, index, rate))
 
     def wait(self) -> list[Done]:
         from concurrent.futures import FIRST_COMPLETED, wait
