@@ -57,13 +57,20 @@ def terminate_raises() -> Iterator[None]:
             signal.signal(signum, handler)  # type: ignore[arg-type]
 
 
-def _quiet() -> None:
-    """Ignore further Ctrl-C and SIGTERM while the last line is printed."""
-    if threading.current_thread() is threading.main_thread():
-        for name in ("SIGINT", *_CAUGHT):
-            signum = getattr(signal, name, None)
-            if signum is not None:
-                signal.signal(signum, signal.SIG_IGN)
+@contextlib.contextmanager
+def _last_words() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP ignored while the last line is printed (a second Ctrl-C
+    would print a traceback), then as they were."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signums = [getattr(signal, name) for name in ("SIGINT", *_CAUGHT) if hasattr(signal, name)]
+    previous = [signal.signal(signum, signal.SIG_IGN) for signum in signums]
+    try:
+        yield
+    finally:
+        for signum, handler in zip(signums, previous):
+            signal.signal(signum, handler)
 
 
 def _stdout_closed() -> bool:
@@ -86,12 +93,12 @@ def stopping(prog: str, body: Callable[[], int]) -> int:
         with terminate_raises():
             return body()
     except KeyboardInterrupt:
-        _quiet()
-        print(f"{prog}: interrupted", file=sys.stderr)
+        with _last_words():
+            print(f"{prog}: interrupted", file=sys.stderr)
         return 130
     except Terminated as stop:
-        _quiet()
-        print(f"{prog}: terminated by {signal.Signals(stop.signum).name}", file=sys.stderr)
+        with _last_words():
+            print(f"{prog}: terminated by {signal.Signals(stop.signum).name}", file=sys.stderr)
         return 128 + stop.signum
     except BrokenPipeError:
         if not _stdout_closed():

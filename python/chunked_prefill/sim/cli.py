@@ -606,6 +606,7 @@ def check_plot_path(path: str) -> None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
     except ImportError:
         raise UsageError(f"argument --plot: needs matplotlib; {PLOT_HINT}") from None
+    check_output(path, "--plot")
     formats = sorted(FigureCanvasAgg.get_supported_filetypes())
     suffix = os.path.splitext(path)[1].lower()
     known = ", ".join("." + f for f in formats)
@@ -617,7 +618,6 @@ def check_plot_path(path: str) -> None:
         raise UsageError(
             f"argument --plot: {path!r}: unsupported image format {suffix!r}; use one of {known}"
         )
-    check_output(path, "--plot")
 
 
 def run(args: argparse.Namespace) -> int:

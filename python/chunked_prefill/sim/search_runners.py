@@ -123,24 +123,43 @@ _WORKER_CTX: ProbeContext | None = None
 def _init_worker(ctx: ProbeContext, parent: int) -> None:
     global _WORKER_CTX
     _WORKER_CTX = ctx
-    # Ctrl-C reaches the whole foreground process group: the parent handles it (it stops
-    # the workers); a worker would print a KeyboardInterrupt traceback of its own.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in _HUSHED:  # as started (_hushed_spawns), when another way started it
+        signal.signal(signum, signal.SIG_IGN)
     _die_with(parent)
 
 
+_HUSHED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGHUP") if hasattr(signal, name))
+
+
 @contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """Ctrl-C ignored while the block runs, in the main thread (elsewhere no handler can be
-    set, and a KeyboardInterrupt never lands)."""
-    if threading.current_thread() is not threading.main_thread():
+def _hushed_spawns() -> Iterator[None]:
+    """Processes spawned in the block (the pool's workers, multiprocessing's resource
+    tracker) ignore Ctrl-C and SIGHUP from their first instruction: Python keeps a signal
+    ignored at its start ignored. A terminal sends both to every process of the command;
+    the search handles them and stops its workers, which would otherwise print a
+    KeyboardInterrupt traceback, or die under its feet. Only the fork itself runs with
+    the signals ignored in this process (a worker's start takes long, and a Ctrl-C then
+    must not be lost); only the main thread can change them."""
+    from multiprocessing import util
+
+    real = getattr(util, "spawnv_passfds", None)
+    if real is None or threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def spawn(*args: Any) -> Any:
+        previous = [signal.signal(signum, signal.SIG_IGN) for signum in _HUSHED]
+        try:
+            return real(*args)
+        finally:
+            for signum, handler in zip(_HUSHED, previous):
+                signal.signal(signum, handler)
+
+    setattr(util, "spawnv_passfds", spawn)  # noqa: B010  (typeshed's exact signature)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        util.spawnv_passfds = real
 
 
 _PR_SET_PDEATHSIG = 1
@@ -182,19 +201,17 @@ class PoolRunner:
         import multiprocessing
         from concurrent.futures import Future, ProcessPoolExecutor
 
-        self._pool = ProcessPoolExecutor(
-            max_workers=workers,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_init_worker,
-            initargs=(ctx, os.getpid()),
-        )
+        with _hushed_spawns():  # it starts the resource tracker
+            self._pool = ProcessPoolExecutor(
+                max_workers=workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker,
+                initargs=(ctx, os.getpid()),
+            )
         self._pending: set[Future[Done]] = set()
 
     def submit(self, index: int, rate: float) -> None:
-        # The pool starts a worker on demand inside submit(); one started while Ctrl-C is
-        # ignored ignores it from its first instruction (Python keeps an ignored SIGINT
-        # ignored), before its initializer can say so.
-        with _sigint_ignored():
+        with _hushed_spawns():  # the pool starts a worker on demand, in submit()
             self._pending.add(self._pool.submit(_probe_in_worker, index, rate))
 
     def wait(self) -> list[Done]:
