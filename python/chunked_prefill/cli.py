@@ -17,6 +17,8 @@ from types import ModuleType
 from typing import IO, Any
 
 from ._args import U64_MAX, ArgumentParser, SubcommandParser, UsageError, int_flag, one_line
+from ._output import check_output, replacing
+from ._stop import stopping
 
 __all__ = ["build_parser", "iter_plan_rows", "main", "plan_rows"]
 
@@ -260,6 +262,8 @@ def _run_fit(args: argparse.Namespace) -> int:
     from .sim.workload import TraceError
 
     name = args.name or f"fitted ({os.path.basename(args.steps)})"
+    if args.out is not None:
+        check_output(args.out, "--out")
     try:
         fit = fit_steps(read_steps_csv(args.steps), name)
     except TraceError as err:
@@ -268,7 +272,7 @@ def _run_fit(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.steps}: {err}") from None
     if args.out is not None:
         try:
-            with open(args.out, "w", encoding="utf-8") as fh:
+            with replacing(args.out) as fh:
                 fh.write(profile_text(fit.engine, args.out.lower().endswith(".toml")))
         except OSError as err:
             raise UsageError(f"argument --out: cannot write {args.out}: {err.strerror}") from None
@@ -342,11 +346,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``chunked-prefill`` console script (and ``python -m
     chunked_prefill``); returns the exit status."""
+    return stopping("chunked-prefill", lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    prog = f"chunked-prefill {args.command}"
+    return stopping(prog, lambda: _command(args, prog))
+
+
+def _command(args: argparse.Namespace, prog: str) -> int:
     try:
         result: int = args.func(args)
     except UsageError as err:
-        print(f"chunked-prefill {args.command}: error: {one_line(str(err))}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(str(err))}", file=sys.stderr)
         return 2
     return result
 

@@ -27,6 +27,8 @@ from .._args import (
     one_line,
     show,
 )
+from .._output import check_output, check_outputs
+from .._stop import stopping
 from .engine import (
     DEFAULT_ENGINE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -650,13 +652,14 @@ def engine_from_args(args: argparse.Namespace, preset: str | None = None) -> Eng
 
 def check_plot_path(path: str) -> None:
     """Refuse ``--plot PATH`` before simulating: matplotlib missing, no or an unknown
-    suffix (matplotlib would pick the format, or add ``.png`` to the name), a folder that
-    does not exist or cannot be written."""
+    suffix (matplotlib would pick the format, or add ``.png`` to the name), a path that
+    cannot be written (:func:`~.._output.check_output`)."""
     try:
         import matplotlib  # noqa: F401  (first: a cached submodule would hide its absence)
         from matplotlib.backends.backend_agg import FigureCanvasAgg
     except ImportError:
         raise UsageError(f"argument --plot: needs matplotlib; {PLOT_HINT}") from None
+    check_output(path, "--plot")
     formats = sorted(FigureCanvasAgg.get_supported_filetypes())
     suffix = os.path.splitext(path)[1].lower()
     known = ", ".join("." + f for f in formats)
@@ -668,13 +671,6 @@ def check_plot_path(path: str) -> None:
         raise UsageError(
             f"argument --plot: {path!r}: unsupported image format {suffix!r}; use one of {known}"
         )
-    if os.path.isdir(path):
-        raise UsageError(f"argument --plot: {path!r} is a folder, not a file name")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise UsageError(f"argument --plot: the folder {folder!r} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise UsageError(f"argument --plot: the folder {folder!r} is not writable")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -702,7 +698,7 @@ def run(args: argparse.Namespace) -> int:
         hint = f"argument --plot: needs matplotlib; {PLOT_HINT}"
         print(f"{PROG}: error: {hint}", file=sys.stderr)
         return 2
-    except OSError as err:  # writing the plot
+    except OSError as err:  # a file that vanished or broke between its check and its use
         print(f"{PROG}: error: {one_line(str(err))}", file=sys.stderr)
         return 2
 
@@ -803,12 +799,19 @@ def _flags(cfg: SimConfig) -> str:
     return "the configuration " + " ".join(parts)
 
 
+def check_output_paths(args: argparse.Namespace) -> None:
+    """Refuse, before anything runs, an output path that cannot be written: ``--plot``
+    and ``--steps-csv`` (when the command has it), or both naming one file."""
+    if args.plot is not None:
+        check_plot_path(args.plot)
+    check_outputs([("--plot", args.plot), ("--steps-csv", getattr(args, "steps_csv", None))])
+
+
 def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     check_grid(args)
-    if args.plot is not None:
-        check_plot_path(args.plot)
+    check_output_paths(args)
     if args.scheduler == "serving":
         if args.steps_csv is not None:
             raise UsageError(
@@ -823,8 +826,6 @@ def _run(args: argparse.Namespace) -> int:
             f"argument --steps-csv: records one configuration, got {len(configs)}; give one"
             " value to each of --chunk-size, --token-budget and --max-prefills-per-step"
         )
-    if args.steps_csv is not None:
-        _write_steps(args.steps_csv, ())  # a path that cannot be written fails before the run
     workload = workload_from_args(args)
     engine, _ = _engine_and_memory(args)
     try:
@@ -919,8 +920,6 @@ def check_serving_configs(
 def _run_serving(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    if args.plot is not None:
-        check_plot_path(args.plot)
     backend = _serving_backend(args.backend)
     workload = workload_from_args(args)
     engine, memory = _engine_and_memory(args)
@@ -984,7 +983,10 @@ def _report(
     if args.plot is not None:
         from .report import plot_cdfs
 
-        plot_cdfs(results, args.plot, workload=workload.source)
+        try:
+            plot_cdfs(results, args.plot, workload=workload.source)
+        except OSError as err:
+            raise UsageError(f"argument --plot: cannot write {args.plot}: {_why(err)}") from None
     if args.json:
         sys.stdout.write(results_to_json(results) + "\n")
         sys.stdout.flush()
@@ -1069,10 +1071,13 @@ def _write_steps(path: str, steps: Sequence[StepRecord] | None) -> None:
     try:
         write_steps_csv(steps, path)
     except OSError as err:
-        raise UsageError(f"argument --steps-csv: cannot write {path}: {err.strerror}") from None
+        raise UsageError(f"argument --steps-csv: cannot write {path}: {_why(err)}") from None
+
+
+def _why(err: OSError) -> str:
+    return err.strerror or str(err)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``) as ``simulate`` options and run."""
-    args = build_parser().parse_args(argv)
-    return run(args)
+    return stopping(PROG, lambda: run(build_parser().parse_args(argv)))

@@ -94,9 +94,12 @@ class Steps:
 
 def write_steps_csv(steps: Iterable[StepRecord], path: str | os.PathLike[str]) -> int:
     """Write the simulator's steps (``SimResult.step_log``) as a steps file; returns the
-    number of rows. Durations are written with ``repr``, so they read back exactly."""
+    number of rows. Durations are written with ``repr``, so they read back exactly. The
+    file is written whole or not at all (a temporary file renamed into place)."""
+    from .._output import replacing
+
     n = 0
-    with open(path, "w", newline="", encoding="utf-8") as fh:
+    with replacing(path) as fh:
         out = csv.writer(fh, lineterminator="\n")
         out.writerow(("step", "start_s", *COLUMNS, OPTIONAL_COLUMN))
         for s in steps:

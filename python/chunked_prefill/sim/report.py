@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -465,6 +466,24 @@ def plot_cdfs(results: Sequence[SimResult], path: str, *, workload: str | None =
     import matplotlib.pyplot as plt
 
     try:
-        fig.savefig(path, dpi=120)
+        save_figure(fig, path, dpi=120)
     finally:
         plt.close(fig)
+
+
+def save_figure(fig: Any, path: str | os.PathLike[str], *, dpi: int) -> None:
+    """``fig.savefig`` into ``path`` through a temporary file renamed into place, so an
+    interrupted or failed drawing leaves the old file whole (:func:`~.._output.replacing`).
+    The suffix names the format; without one, matplotlib's default format is used and its
+    suffix added to the name, as ``savefig`` does."""
+    from matplotlib import rcParams
+
+    from .._output import replacing
+
+    name = os.fspath(path)
+    fmt = os.path.splitext(name)[1][1:].lower()
+    if not fmt:
+        fmt = str(rcParams["savefig.format"])
+        name = f"{name}.{fmt}"
+    with replacing(name, binary=True) as fh:
+        fig.savefig(fh, format=fmt, dpi=dpi)

@@ -8,17 +8,13 @@ subcommand; ``run(args)`` executes parsed arguments and returns the exit status.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shlex
-import signal
 import sys
-import threading
 import time
-from collections.abc import Iterator, Sequence
-from types import FrameType
-from typing import Any, NoReturn
+from collections.abc import Sequence
+from typing import Any
 
 from .._args import (
     UsageError,
@@ -29,6 +25,7 @@ from .._args import (
     one_line,
     show,
 )
+from .._stop import terminate_raises
 from .cli import (
     DEFAULT_MAX_STEPS,
     MAX_SEARCH_RATE,
@@ -38,7 +35,7 @@ from .cli import (
     add_slo_flags,
     add_workload_flags,
     check_grid,
-    check_plot_path,
+    check_output_paths,
     check_serving_configs,
     serving_configs_from_args,
     synthetic_error,
@@ -226,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``search`` on parsed ``args``; returns the exit status (2 after one error line
     on stderr for a bad input)."""
     try:
-        with _sigterm_exits():
+        with terminate_raises():
             return _run(args)
     except StepLimitError as err:
         message = f"argument --max-steps: {err}; raise --max-steps (now {err.limit})"
@@ -240,25 +237,6 @@ def run(args: argparse.Namespace) -> int:
         message = str(err)
     print(f"{PROG}: error: {one_line(message)}", file=sys.stderr)
     return 2
-
-
-@contextlib.contextmanager
-def _sigterm_exits() -> Iterator[None]:
-    """While the search runs, SIGTERM exits with status 143 through Python (``SystemExit``),
-    so the search stops its workers; the default action ends this process at once and
-    leaves them running. Only the main thread can set a handler; elsewhere nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def exit_now(signum: int, frame: FrameType | None) -> NoReturn:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, exit_now)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _source(args: argparse.Namespace) -> RateWorkload:
@@ -289,8 +267,7 @@ def _engines(args: argparse.Namespace) -> list[EngineSpec]:
 def _check(args: argparse.Namespace, source: RateWorkload, engines: list[EngineSpec]) -> None:
     if args.slo_ttft is None and args.slo_tpot is None and args.slo_tbt is None:
         raise UsageError("give at least one SLO: --slo-ttft, --slo-tpot or --slo-tbt")
-    if args.plot is not None:
-        check_plot_path(args.plot)
+    check_output_paths(args)
     if args.ray is not None:
         try:
             import ray  # noqa: F401
@@ -393,7 +370,11 @@ def _report(
     from .search_report import item_label, plot_search, search_table
 
     if args.plot is not None:
-        plot_search(items, args.plot, title=_title(args, source))
+        try:
+            plot_search(items, args.plot, title=_title(args, source))
+        except OSError as err:
+            why = err.strerror or str(err)
+            raise UsageError(f"argument --plot: cannot write {args.plot}: {why}") from None
         items = [_without_runs(it) for it in items]
     if args.json:
         sys.stdout.write(json.dumps(items, indent=2, allow_nan=False) + "\n")

@@ -173,7 +173,9 @@ def plot_search(
     fig = search_figure(items, top=top, title=title)
     import matplotlib.pyplot as plt
 
+    from .report import save_figure
+
     try:
-        fig.savefig(path, dpi=110)
+        save_figure(fig, path, dpi=110)
     finally:
         plt.close(fig)

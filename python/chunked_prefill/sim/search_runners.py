@@ -10,11 +10,17 @@ independent of that order.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import logging
 import os
+import signal
+import sys
+import threading
+import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -114,9 +120,71 @@ class SerialRunner:
 _WORKER_CTX: ProbeContext | None = None
 
 
-def _init_worker(ctx: ProbeContext) -> None:
+def _init_worker(ctx: ProbeContext, parent: int) -> None:
     global _WORKER_CTX
     _WORKER_CTX = ctx
+    for signum in _HUSHED:  # as started (_hushed_spawns), when another way started it
+        signal.signal(signum, signal.SIG_IGN)
+    _die_with(parent)
+
+
+_HUSHED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGHUP") if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def _hushed_spawns() -> Iterator[None]:
+    """Processes spawned in the block (the pool's workers, multiprocessing's resource
+    tracker) ignore Ctrl-C and SIGHUP from their first instruction: Python keeps a signal
+    ignored at its start ignored. A terminal sends both to every process of the command;
+    the search handles them and stops its workers, which would otherwise print a
+    KeyboardInterrupt traceback, or die under its feet. Only the fork itself runs with
+    the signals ignored in this process (a worker's start takes long, and a Ctrl-C then
+    must not be lost); only the main thread can change them."""
+    from multiprocessing import util
+
+    real = getattr(util, "spawnv_passfds", None)
+    if real is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def spawn(*args: Any) -> Any:
+        previous = [signal.signal(signum, signal.SIG_IGN) for signum in _HUSHED]
+        try:
+            return real(*args)
+        finally:
+            for signum, handler in zip(_HUSHED, previous):
+                signal.signal(signum, handler)
+
+    setattr(util, "spawnv_passfds", spawn)  # noqa: B010  (typeshed's exact signature)
+    try:
+        yield
+    finally:
+        util.spawnv_passfds = real
+
+
+_PR_SET_PDEATHSIG = 1
+_WATCH_INTERVAL_S = 0.5
+
+
+def _die_with(parent: int) -> None:
+    """End this worker when the process ``parent`` ends, even by SIGKILL (which runs no
+    cleanup in the parent): on Linux the kernel sends SIGKILL on the parent's death
+    (``PR_SET_PDEATHSIG``); everywhere a daemon thread watches for a new parent pid (the
+    worker is re-parented when its parent dies), which also covers a parent that died
+    before the request was made."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_WATCH_INTERVAL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _probe_in_worker(index: int, rate: float) -> Done:
@@ -133,16 +201,18 @@ class PoolRunner:
         import multiprocessing
         from concurrent.futures import Future, ProcessPoolExecutor
 
-        self._pool = ProcessPoolExecutor(
-            max_workers=workers,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_init_worker,
-            initargs=(ctx,),
-        )
+        with _hushed_spawns():  # it starts the resource tracker
+            self._pool = ProcessPoolExecutor(
+                max_workers=workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker,
+                initargs=(ctx, os.getpid()),
+            )
         self._pending: set[Future[Done]] = set()
 
     def submit(self, index: int, rate: float) -> None:
-        self._pending.add(self._pool.submit(_probe_in_worker, index, rate))
+        with _hushed_spawns():  # the pool starts a worker on demand, in submit()
+            self._pending.add(self._pool.submit(_probe_in_worker, index, rate))
 
     def wait(self) -> list[Done]:
         from concurrent.futures import FIRST_COMPLETED, wait
