@@ -23,6 +23,7 @@ from ._validate import (
     U64_MAX,
     as_i64,
     as_u64,
+    make_final,
     message,
     type_error,
 )
@@ -541,3 +542,4 @@ _LOCKED_CODES = frozenset(
     for f in vars(Scheduler).values()
     if (code := getattr(f, "__code__", None)) and "_locked" in code.co_names
 )
+make_final(Scheduler)

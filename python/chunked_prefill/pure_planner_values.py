@@ -21,6 +21,7 @@ from ._validate import (
     as_u64,
     as_u128,
     iterate,
+    make_final,
     message,
     type_error,
 )
@@ -625,3 +626,4 @@ def _check_prompt(total: int, cached: int) -> None:
 # Their public home is chunked_prefill.pure (pickles and the docs name it).
 for _cls in (Config, Chunk, Step, PrefillChunkState):
     _cls.__module__ = "chunked_prefill.pure"
+make_final(Config, Chunk, Step, PrefillChunkState)

@@ -10,7 +10,16 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from ._validate import as_bool, as_number, as_u64, as_u128, iterate, message, type_error
+from ._validate import (
+    as_bool,
+    as_number,
+    as_u64,
+    as_u128,
+    iterate,
+    make_final,
+    message,
+    type_error,
+)
 
 __all__ = ["Batch", "BatchItem", "RequestView", "ServingConfig"]
 
@@ -572,3 +581,6 @@ class RequestView(_Value):
             f" priority={self._priority}, num_preemptions={self._num_preemptions},"
             f" num_cached_tokens={self._num_cached_tokens})"
         )
+
+
+make_final(ServingConfig, BatchItem, Batch, RequestView)
