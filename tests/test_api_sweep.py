@@ -3,6 +3,9 @@ failed on a backend before its fix (issue 21)."""
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 
 import chunked_prefill._core as rust
@@ -46,3 +49,23 @@ def test_no_class_can_be_subclassed(backend: str, name: str) -> None:
             pass
 
     assert str(info.value) == text
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+@pytest.mark.parametrize("backend", ["rust", "pure"])
+def test_a_request_view_is_refused_by_pickle_and_copy(backend: str, protocol: int) -> None:
+    # RequestView has no constructor: the twin pickled it from protocol 2 into bytes that no
+    # load could read ("No constructor defined"), and said so for copy() too.
+    module = rust if backend == "rust" else pure_serving
+    s = module.ServingScheduler(module.ServingConfig(num_blocks=8, block_size=2))
+    s.add_request(1, [1, 2, 3], 2)
+    view = s.request(1)
+    qualified = f"'{type(view).__module__}.RequestView'"
+    named = "'RequestView'" if protocol < 2 else qualified
+    with pytest.raises(TypeError) as info:
+        pickle.dumps(view, protocol)
+    assert str(info.value) == f"cannot pickle {named} object"
+    for copier in (copy.copy, copy.deepcopy):
+        with pytest.raises(TypeError) as info:
+            copier(view)
+        assert str(info.value) == f"cannot pickle {qualified} object"
