@@ -291,3 +291,18 @@ def as_number(name: str, value: object) -> float:
     if isinstance(value, int) or hasattr(type(value), "__index__"):
         return float(operator.index(value))  # type: ignore[arg-type]
     raise type_error("not_number", name, value)
+
+
+def make_final(*classes: type) -> None:
+    """Refuse subclasses of ``classes`` as the Rust classes do (PyO3 classes are final), with
+    CPython's words for them."""
+    for cls in classes:
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        cls.__init_subclass__ = _refuse_subclass(name)  # type: ignore[method-assign]
+
+
+def _refuse_subclass(name: str) -> Any:
+    def refuse(sub: type, /, **kwargs: Any) -> None:
+        raise TypeError(f"type '{name}' is not an acceptable base type")
+
+    return classmethod(refuse)

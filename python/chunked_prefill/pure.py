@@ -23,6 +23,7 @@ from ._validate import (
     U64_MAX,
     as_i64,
     as_u64,
+    make_final,
     message,
     type_error,
 )
@@ -137,6 +138,24 @@ class Scheduler:
         self._mutating = None
         return self
 
+    def _locked(self) -> threading.RLock:
+        """The lock, for a ``with`` statement. It is written in C, so no Python code (no
+        signal handler) runs between taking it and entering the block, nor (CPython 3.10
+        and later) between leaving the block and releasing it. Held already by this thread
+        with no call of this scheduler on the stack, it was left by an interrupt that landed
+        in the one instruction CPython 3.9 runs between a ``with`` block and its release:
+        let go, or every other thread would wait for it."""
+        lock = self._lock
+        if lock._is_owned():  # type: ignore[attr-defined]
+            frame: FrameType | None = sys._getframe(2)
+            while frame is not None:
+                if frame.f_code in _LOCKED_CODES and frame.f_locals.get("self") is self:
+                    return lock
+                frame = frame.f_back
+            while lock._is_owned():  # type: ignore[attr-defined]
+                lock.release()
+        return lock
+
     def _enter(self, name: str) -> tuple[str, FrameType] | None:
         """Mark the call ``name`` as running and return the call it interrupts, if any.
 
@@ -183,7 +202,7 @@ class Scheduler:
         cached = as_u64("cached_tokens", cached_tokens)
         prio = as_i64("priority", priority)
         _check_prompt(total, cached)
-        with self._lock:
+        with self._locked():
             outer = self._enter("enqueue")
             try:
                 if rid in self._states:
@@ -237,7 +256,7 @@ class Scheduler:
         n = active_decode_count
         if type(n) is not int or n < 0 or n > U64_MAX:
             n = as_u64("active_decode_count", n)
-        with self._lock:
+        with self._locked():
             outer = self._enter("next_step")
             try:
                 self._mutating = "next_step"
@@ -298,7 +317,7 @@ class Scheduler:
     def abort(self, request_id: int) -> PrefillChunkState:
         """Stop tracking ``request_id`` wherever it is and return its last state."""
         rid = as_u64("request_id", request_id)
-        with self._lock:
+        with self._locked():
             outer = self._enter("abort")
             try:
                 state = self._states.get(rid)
@@ -326,7 +345,7 @@ class Scheduler:
     def state(self, request_id: int) -> PrefillChunkState:
         """A copy of ``request_id``'s progress; ``KeyError`` if it is not tracked."""
         rid = as_u64("request_id", request_id)
-        with self._lock:
+        with self._locked():
             outer = self._enter("state")
             try:
                 state = self._states.get(rid)
@@ -338,7 +357,7 @@ class Scheduler:
 
     def is_idle(self) -> bool:
         """Whether no tracked request has prefill work left (an empty scheduler is idle)."""
-        with self._lock:
+        with self._locked():
             outer = self._enter("is_idle")
             try:
                 return self._incomplete == 0
@@ -347,7 +366,7 @@ class Scheduler:
 
     def drain_completed(self) -> int:
         """Stop tracking every completed request; return how many were removed."""
-        with self._lock:
+        with self._locked():
             outer = self._enter("drain_completed")
             try:
                 self._mutating = "drain_completed"
@@ -365,7 +384,7 @@ class Scheduler:
 
     def active_count(self) -> int:
         """Requests tracked, completed-but-undrained ones included."""
-        with self._lock:
+        with self._locked():
             outer = self._enter("active_count")
             try:
                 return len(self._states)
@@ -374,7 +393,7 @@ class Scheduler:
 
     def chunks_scheduled(self) -> int:
         """Prefill chunks planned since the scheduler was made."""
-        with self._lock:
+        with self._locked():
             outer = self._enter("chunks_scheduled")
             try:
                 return self._chunks
@@ -383,7 +402,7 @@ class Scheduler:
 
     def tokens_prefilled(self) -> int:
         """Prompt tokens planned since the scheduler was made (cached ones excluded)."""
-        with self._lock:
+        with self._locked():
             outer = self._enter("tokens_prefilled")
             try:
                 return self._tokens
@@ -405,7 +424,7 @@ class Scheduler:
 
     def to_state(self) -> dict[str, Any]:
         """The whole scheduler as plain Python values (see ``chunked_prefill._state``)."""
-        with self._lock:
+        with self._locked():
             outer = self._enter("to_state")
             try:
                 return _state.build(
@@ -459,7 +478,7 @@ class Scheduler:
 
     def _clone(self) -> Scheduler:
         """A structural copy (the Rust backend clones its core the same way)."""
-        with self._lock:
+        with self._locked():
             outer = self._enter("__copy__")
             try:
                 other = Scheduler(self._config)
@@ -486,7 +505,7 @@ class Scheduler:
         return self._clone()
 
     def __len__(self) -> int:
-        with self._lock:
+        with self._locked():
             outer = self._enter("__len__")
             try:
                 return len(self._states)
@@ -498,7 +517,7 @@ class Scheduler:
             rid = as_u64("request_id", request_id)
         except (TypeError, ValueError, OverflowError):
             return False
-        with self._lock:
+        with self._locked():
             outer = self._enter("__contains__")
             try:
                 return rid in self._states
@@ -506,7 +525,7 @@ class Scheduler:
                 self._call = outer
 
     def __repr__(self) -> str:
-        with self._lock:
+        with self._locked():
             outer = self._enter("__repr__")
             try:
                 return (
@@ -515,3 +534,12 @@ class Scheduler:
                 )
             finally:
                 self._call = outer
+
+
+# The Scheduler methods that take its lock (a frame of one on the stack may hold it).
+_LOCKED_CODES = frozenset(
+    code
+    for f in vars(Scheduler).values()
+    if (code := getattr(f, "__code__", None)) and "_locked" in code.co_names
+)
+make_final(Scheduler)

@@ -7,8 +7,10 @@ They are re-exported by :mod:`chunked_prefill.pure`, which is their public home:
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterable
+from types import FrameType
 from typing import Any
 
 from ._validate import (
@@ -19,6 +21,7 @@ from ._validate import (
     as_u64,
     as_u128,
     iterate,
+    make_final,
     message,
     type_error,
 )
@@ -386,10 +389,38 @@ def _new_step(step_index: int, decode_tokens: int, chunks: tuple[Chunk, ...], to
 
 
 # `PrefillChunkState.advance` is a read-modify-write: one lock for all states makes it atomic
-# (the section is a few integer operations, so sharing it costs nothing), and the ids of the
-# states whose update is running let a same-thread re-entry be refused, not interleaved.
+# (the section is a few integer operations, so sharing it costs nothing). A same-thread
+# re-entry (a signal handler or finalizer calling advance() of the state whose update is
+# running) is recognised from the stack, not from a mark: an exception from a signal handler
+# can land anywhere, and a mark it left set would refuse every later call.
 _ADVANCE_LOCK = threading.RLock()
-_ADVANCING: set[int] = set()
+
+
+def _advance_lock() -> threading.RLock:
+    """The lock, for a ``with`` statement. It is written in C, so no Python code runs between
+    taking it and entering the block, nor (CPython 3.10 and later) between leaving the block
+    and releasing it. Held already by this thread with no advance() inside its block on the
+    stack, it was left by an interrupt that landed in the one instruction CPython 3.9 runs
+    between a ``with`` block and its release: let go, or every other thread would wait."""
+    lock = _ADVANCE_LOCK
+    if lock._is_owned() and not _in_advance(sys._getframe(2), None):  # type: ignore[attr-defined]
+        while lock._is_owned():  # type: ignore[attr-defined]
+            lock.release()
+    return lock
+
+
+def _in_advance(frame: FrameType | None, state: object) -> bool:
+    """Whether an advance() runs at ``frame`` or below it: of ``state`` and inside its
+    update, or (``state`` None) of any state at any point (it may hold the lock)."""
+    while frame is not None:
+        if frame.f_code is _ADVANCE_CODE:
+            if state is None:
+                return True
+            local = frame.f_locals
+            if local.get("inside") and local.get("self") is state:
+                return True
+        frame = frame.f_back
+    return False
 
 
 def _prefill_start(total_tokens: int, cached_tokens: int) -> int:
@@ -490,15 +521,12 @@ class PrefillChunkState:
         such a call simply runs before or after it.
         """
         step = as_u64("n", n)
-        key = id(self)
-        with _ADVANCE_LOCK:
-            if key in _ADVANCING:
+        with _advance_lock():
+            if _in_advance(sys._getframe(1), self):
                 raise RuntimeError(message("state_reentered"))
-            _ADVANCING.add(key)
-            try:
-                self._processed = min(self._processed + step, self._total)
-            finally:
-                _ADVANCING.discard(key)
+            inside = True  # read by _in_advance(): this frame is inside its update
+            self._processed = min(self._processed + step, self._total)
+            del inside
 
     def remaining(self) -> int:
         """Prompt tokens still to prefill."""
@@ -577,6 +605,9 @@ def _state_from_dict(fields: dict[str, Any]) -> PrefillChunkState:
     )
 
 
+_ADVANCE_CODE = PrefillChunkState.advance.__code__
+
+
 def _advance(state: PrefillChunkState, chunk_size: int, left: int) -> Chunk:
     """Give ``state`` its next chunk: ``min(remaining, chunk_size, left)`` tokens."""
     start = state._processed
@@ -595,3 +626,4 @@ def _check_prompt(total: int, cached: int) -> None:
 # Their public home is chunked_prefill.pure (pickles and the docs name it).
 for _cls in (Config, Chunk, Step, PrefillChunkState):
     _cls.__module__ = "chunked_prefill.pure"
+make_final(Config, Chunk, Step, PrefillChunkState)

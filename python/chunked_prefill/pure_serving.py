@@ -42,6 +42,7 @@ from ._validate import (
     as_u64,
     is_sequence,
     iterate,
+    make_final,
     message,
     token_pairs,
     type_error,
@@ -956,3 +957,4 @@ _LOCKED_CODES = frozenset(
     for f in vars(ServingScheduler).values()
     if (code := getattr(getattr(f, "fget", f), "__code__", None)) and "_locked" in code.co_names
 )
+make_final(ServingScheduler)

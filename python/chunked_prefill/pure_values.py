@@ -7,10 +7,20 @@ They behave exactly like the Rust binding's classes: same reprs, checks and mess
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NoReturn, SupportsIndex
 
-from ._validate import as_bool, as_number, as_u64, as_u128, iterate, message, type_error
+from ._validate import (
+    as_bool,
+    as_number,
+    as_u64,
+    as_u128,
+    iterate,
+    make_final,
+    message,
+    type_error,
+)
 
 __all__ = ["Batch", "BatchItem", "RequestView", "ServingConfig"]
 
@@ -506,6 +516,15 @@ class RequestView(_Value):
     def __new__(cls, *args: Any, **kwargs: Any) -> RequestView:
         raise TypeError("No constructor defined for RequestView")
 
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        # A snapshot without a constructor cannot be rebuilt: refused when pickled or copied,
+        # in the Rust class's words (CPython's own, which name the module from protocol 2),
+        # rather than pickled into bytes that no load can read.
+        name = "RequestView"
+        if operator.index(protocol) >= 2:
+            name = f"{type(self).__module__}.{name}"
+        raise TypeError(f"cannot pickle '{name}' object")
+
     @property
     def request_id(self) -> int:
         """The caller's id of the request."""
@@ -572,3 +591,6 @@ class RequestView(_Value):
             f" priority={self._priority}, num_preemptions={self._num_preemptions},"
             f" num_cached_tokens={self._num_cached_tokens})"
         )
+
+
+make_final(ServingConfig, BatchItem, Batch, RequestView)
