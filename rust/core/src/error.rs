@@ -328,7 +328,8 @@ impl fmt::Display for CoreError {
             }
             Self::BatchStale { got, expected } => write!(
                 f,
-                "update() got batch {got}, which is not the pending batch {expected}"
+                "update() got batch {got}, which is not the pending batch {expected} (an earlier \
+                 step's, another scheduler's, or a batch changed since)"
             ),
             Self::StateBatchPending { step_index } => write!(
                 f,
