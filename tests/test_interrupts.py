@@ -24,8 +24,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
@@ -33,61 +32,11 @@ from typing import Any
 import pytest
 
 import chunked_prefill.pure_serving as P
+from alarm import Alarm, Boom
 from chunked_prefill._validate import message
 from serving_invariants import SERVING_BACKENDS, check_invariants, rows
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs setitimer")
-
-
-class Boom(Exception):
-    """What the test's signal handler raises into the running code."""
-
-
-class Hung(Exception):
-    """Raised by the watchdog: a call waited for a lock that nobody will release."""
-
-
-class Alarm:
-    """One ``ITIMER_REAL`` timer: armed, it raises :class:`Boom` where it lands; as a
-    watchdog, :class:`Hung`; otherwise it does nothing (that interrupt is skipped)."""
-
-    def __init__(self, rng: random.Random, max_delay: float) -> None:
-        self.rng, self.max_delay = rng, max_delay
-        self.mode = "off"
-        self.ticking = False
-
-    def handler(self, signum: int, frame: FrameType | None) -> None:
-        self.ticking = False
-        if self.mode == "armed":
-            raise Boom
-        if self.mode == "watchdog":
-            raise Hung
-
-    def arm(self) -> None:
-        if not self.ticking:
-            self.ticking = True
-            signal.setitimer(signal.ITIMER_REAL, self.rng.uniform(1e-6, self.max_delay))
-        self.mode = "armed"
-
-    @contextmanager
-    def watchdog(self, seconds: float = 10.0) -> Iterator[None]:
-        self.mode = "watchdog"
-        signal.setitimer(signal.ITIMER_REAL, seconds)
-        try:
-            yield
-        finally:
-            self.mode = "off"
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            self.ticking = False
-
-    @contextmanager
-    def installed(self) -> Iterator[None]:
-        old = signal.signal(signal.SIGALRM, self.handler)
-        try:
-            yield
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, old)
 
 
 def other(mod: ModuleType) -> ModuleType:

@@ -16,60 +16,18 @@ import pickle
 import random
 import signal
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from types import FrameType, ModuleType
+from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import pytest
 
 import chunked_prefill.pure as P
+from alarm import Alarm
 from chunked_prefill._validate import message
 from conftest import BACKENDS
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs setitimer")
-
-
-class Boom(Exception):
-    """What the test's signal handler raises into the running code."""
-
-
-class Alarm:
-    """One ``ITIMER_REAL`` timer that raises :class:`Boom` where it lands while armed."""
-
-    def __init__(self, rng: random.Random, max_delay: float) -> None:
-        self.rng, self.max_delay = rng, max_delay
-        self.armed = False
-
-    def handler(self, signum: int, frame: FrameType | None) -> None:
-        if self.armed:
-            self.armed = False
-            raise Boom
-
-    def arm(self) -> None:
-        self.armed = True
-        signal.setitimer(signal.ITIMER_REAL, self.rng.uniform(1e-6, self.max_delay))
-
-    @contextmanager
-    def installed(self) -> Iterator[None]:
-        old = signal.signal(signal.SIGALRM, self.handler)
-        try:
-            yield
-        finally:
-            self.armed = False
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, old)
-
-    def run(self, fn: Callable[[], Any]) -> tuple[bool, Any]:
-        """``(True, fn())``, or ``(False, None)`` when the alarm landed first."""
-        try:
-            try:
-                self.arm()
-                return True, fn()
-            finally:
-                self.armed = False
-        except Boom:
-            return False, None
 
 
 def other(mod: ModuleType) -> ModuleType:
