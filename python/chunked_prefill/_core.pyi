@@ -398,4 +398,8 @@ def simulate_serving(
     back as bytes for ``numpy.frombuffer`` and ints/floats. ``roofline`` (the 12
     coefficients of ``chunked_prefill.sim.roofline.COEFFICIENTS``) replaces the linear
     ``engine`` by the roofline model.
+
+    The run releases the GIL, taking it back every 50 ms to run signal handlers (called
+    from the main thread): the exception one raises (``KeyboardInterrupt`` for Ctrl-C)
+    stops the run and is raised in place of its result.
     """

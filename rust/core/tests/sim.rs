@@ -3,8 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::float_cmp)]
 
 use chunked_prefill::sim::{
-    run, EngineModel, Outcome, Roofline, SimError, SimOptions, StepModel, StepShape, TokenPlan,
-    Workload,
+    run, run_fleet_until, EngineModel, Fleet, Outcome, Roofline, SimError, SimOptions, StepModel,
+    StepShape, TokenPlan, Workload, POLL_EVERY,
 };
 use chunked_prefill::ServingConfig;
 
@@ -164,6 +164,67 @@ fn the_step_limit_stops_a_run() {
             steps: 10,
             done: 0,
             requests: 1
+        }
+    );
+}
+
+/// `workload` under `config(4096, 4)` with `stop` as the hook of [`run_fleet_until`].
+fn until(workload: &Workload, stop: &mut dyn FnMut() -> bool) -> Result<Outcome, SimError> {
+    let options = SimOptions {
+        config: config(4096, 4),
+        engine: StepModel::Linear(ONE_SECOND),
+        max_steps: 1_000_000,
+    };
+    run_fleet_until(workload, &options, &Fleet::default(), stop)
+}
+
+#[test]
+fn a_stop_hook_that_says_stop_ends_the_run_interrupted() {
+    // One request of 10 000 output tokens: 10 000 steps; the hook stops at its third call.
+    let wl = plain(&[0.0], &[4], &[10_000]);
+    let mut calls = 0;
+    let err = until(&wl, &mut || {
+        calls += 1;
+        calls == 3
+    })
+    .unwrap_err();
+    assert_eq!(calls, 3);
+    assert_eq!(
+        err,
+        SimError::Interrupted {
+            done: 0,
+            requests: 1
+        }
+    );
+    assert_eq!(err.to_string(), "interrupted with 0 of 1 requests done");
+}
+
+#[test]
+fn a_stop_hook_that_never_stops_changes_nothing() {
+    // 10 002 ticks: the event of the arrival, the request routed, 10 000 step ends.
+    let wl = plain(&[0.0], &[4], &[10_000]);
+    let mut calls = 0_u32;
+    let out = until(&wl, &mut || {
+        calls += 1;
+        false
+    })
+    .unwrap();
+    assert_eq!(calls, 10_002 / POLL_EVERY);
+    assert_eq!(out, simulate(&wl, config(4096, 4)).unwrap());
+}
+
+#[test]
+fn a_burst_of_arrivals_is_stopped_while_it_is_routed() {
+    // 1000 requests at t = 0 are routed in the first event: the first call of the hook
+    // comes among them, before any step.
+    let n = 1000;
+    let wl = plain(&vec![0.0; n], &vec![4; n], &vec![2; n]);
+    let err = until(&wl, &mut || true).unwrap_err();
+    assert_eq!(
+        err,
+        SimError::Interrupted {
+            done: 0,
+            requests: n
         }
     );
 }

@@ -1,11 +1,14 @@
 //! `simulate_serving`: the core's simulation loop ([`chunked_prefill::sim::run`]) for
 //! `chunked_prefill.sim`. Arrays cross the boundary as little-endian bytes (numpy's
 //! `tobytes()` one way, `numpy.frombuffer` the other), so no Python object is made per
-//! request or per step; the run itself releases the GIL.
+//! request or per step; the run itself releases the GIL, taking it back only every
+//! [`SIGNAL_POLL`] to run the interpreter's signal handlers ([`Signals`]).
+
+use std::time::{Duration, Instant};
 
 use chunked_prefill::sim::{
-    run_fleet, EngineModel, Fleet, Outcome, Roofline, Router, SimError, SimOptions, StepModel,
-    TokenPlan, Workload,
+    run_fleet_until, EngineModel, Fleet, Outcome, Roofline, Router, SimError, SimOptions,
+    StepModel, TokenPlan, Workload,
 };
 use chunked_prefill::ServingConfig;
 use pyo3::exceptions::{PyMemoryError, PyValueError};
@@ -49,7 +52,8 @@ fn to_bytes<'py, T: Copy>(
 }
 
 /// Run the serving simulation loop; see ``chunked_prefill.sim.serving`` for the meaning of
-/// every argument and of the returned dict.
+/// every argument and of the returned dict. An exception raised by a signal handler during
+/// the run (``KeyboardInterrupt``) stops it and is raised in place of its result.
 #[pyfunction]
 #[pyo3(signature = (
     arrival_s, prompt_tokens, output_tokens, priority, known, prefix_tokens, group, session,
@@ -134,13 +138,61 @@ pub(crate) fn simulate_serving<'py>(
         engine: step_model(engine, roofline)?,
         max_steps,
     };
-    let outcome = py
-        .detach(|| run_fleet(&workload, &options, &fleet))
-        .map_err(|e| match e {
-            SimError::OutOfMemory { .. } => PyMemoryError::new_err(e.to_string()),
-            _ => PyValueError::new_err(e.to_string()),
-        })?;
+    let mut signals = Signals::new(py)?;
+    let outcome = py.detach(|| {
+        run_fleet_until(&workload, &options, &fleet, &mut || {
+            handler_raised(&mut signals)
+        })
+    });
+    let outcome = outcome.map_err(|e| match e {
+        SimError::Interrupted { .. } => {
+            (signals.error.take()).unwrap_or_else(|| PyValueError::new_err(e.to_string()))
+        }
+        SimError::OutOfMemory { .. } => PyMemoryError::new_err(e.to_string()),
+        _ => PyValueError::new_err(e.to_string()),
+    })?;
     outcome_dict(py, &outcome)
+}
+
+/// How often a run takes the GIL back to run signal handlers: well under a human's notice
+/// of a Ctrl-C, and rare enough that a Python thread holding the GIL meanwhile (each take
+/// may wait out its switch interval, 5 ms) slows the run by a few percent at most.
+const SIGNAL_POLL: Duration = Duration::from_millis(50);
+
+/// The stop hook of a run with the GIL released: Python runs signal handlers only on its
+/// main thread, between bytecodes, so a loop in Rust must run them itself or Ctrl-C (and the
+/// CLI's SIGTERM handler) would wait for the whole run. The exception a handler raises
+/// (`KeyboardInterrupt`, `Terminated`) stops the run and is raised in place of its result.
+struct Signals {
+    /// Off Python's main thread no handler runs, so there is nothing to poll.
+    main_thread: bool,
+    last: Instant,
+    error: Option<PyErr>,
+}
+
+impl Signals {
+    fn new(py: Python<'_>) -> PyResult<Self> {
+        let threading = py.import("threading")?;
+        let main = threading.call_method0("main_thread")?;
+        let current = threading.call_method0("current_thread")?;
+        Ok(Self {
+            main_thread: main.is(&current),
+            last: Instant::now(),
+            error: None,
+        })
+    }
+}
+
+/// Whether a signal handler raised (its exception kept in `signals`), checked at most every
+/// [`SIGNAL_POLL`]. A free function: no `&mut self` in the bindings, where that would
+/// mean a borrow flag on a class (`tests/test_reentry.py`); `Signals` is no class.
+fn handler_raised(signals: &mut Signals) -> bool {
+    if !signals.main_thread || signals.last.elapsed() < SIGNAL_POLL {
+        return false;
+    }
+    signals.last = Instant::now();
+    signals.error = Python::attach(|py| py.check_signals().err());
+    signals.error.is_some()
 }
 
 /// The token plan's shape: one `known` byte per request (or none), and hash offsets that

@@ -23,6 +23,6 @@ pub use engine::{chunk_pairs, EngineModel, StepShape};
 pub use metrics::{Outcome, KV_SERIES_CAP};
 pub use roofline::{pow_int, Roofline};
 pub use router::{outstanding, Fleet, Router};
-pub use run::{check_fits, run, run_fleet, SimError, SimOptions};
+pub use run::{check_fits, run, run_fleet, run_fleet_until, SimError, SimOptions, POLL_EVERY};
 pub use step::StepModel;
 pub use workload::{token_id, TokenPlan, Workload, NO_GROUP};

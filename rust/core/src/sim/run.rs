@@ -9,6 +9,10 @@
 //! replica whose plan is empty (nothing fits) waits for the next event. With one replica
 //! this is the single-engine loop: a step starts when the previous one ends or, when idle,
 //! when a request arrives.
+//!
+//! A long run can be stopped from outside ([`run_fleet_until`]): every [`POLL_EVERY`]
+//! events and routed requests the loop asks its caller's hook whether to stop (the Python
+//! binding runs the interpreter's signal handlers there, so Ctrl-C stops a run).
 
 use std::fmt;
 
@@ -63,6 +67,14 @@ pub enum SimError {
         /// What was too big (`request 0's prompt of 1099511627776 token ids`).
         what: String,
     },
+    /// The caller's stop hook asked the loop to stop ([`run_fleet_until`]); nothing is
+    /// returned of the run.
+    Interrupted {
+        /// Requests finished by then.
+        done: usize,
+        /// Requests in the workload.
+        requests: usize,
+    },
     /// The run reached `max_steps`.
     StepLimit {
         /// The limit.
@@ -95,6 +107,9 @@ impl fmt::Display for SimError {
                 f,
                 "no replica can plan a step with {done} of {requests} requests done"
             ),
+            Self::Interrupted { done, requests } => {
+                write!(f, "interrupted with {done} of {requests} requests done")
+            }
             Self::StepLimit {
                 steps,
                 done,
@@ -211,6 +226,12 @@ impl GapRun {
     }
 }
 
+/// How many ticks (events, routed requests) pass between two calls of the stop hook of
+/// [`run_fleet_until`]: a tick is at least a scheduler call (a microsecond or more), so the
+/// hook runs at most every few dozen microseconds, a dynamic call too rare to measure, while
+/// a hook that reads a clock can answer within milliseconds.
+pub const POLL_EVERY: u32 = 64;
+
 /// The loop's state between events.
 struct Loop<'a> {
     workload: &'a Workload,
@@ -233,6 +254,9 @@ struct Loop<'a> {
     /// Scratch: a prompt's ids, the ids sampled in a step.
     ids: Vec<u32>,
     sampled: Vec<u32>,
+    /// The caller's stop hook and the ticks left before it is asked again.
+    stop: &'a mut dyn FnMut() -> bool,
+    countdown: u32,
 }
 
 /// Run `workload` through a [`ServingScheduler`] built from `options.config`, every request
@@ -258,6 +282,23 @@ pub fn run_fleet(
     workload: &Workload,
     options: &SimOptions,
     fleet: &Fleet,
+) -> Result<Outcome, SimError> {
+    run_fleet_until(workload, options, fleet, &mut || false)
+}
+
+/// [`run_fleet`], asking `stop` every [`POLL_EVERY`] ticks (events and routed requests)
+/// whether to give up: once it returns `true` the run ends with [`SimError::Interrupted`],
+/// its partial outcome dropped. The hook keeps what it needs to know why (the Python
+/// binding keeps the exception a signal handler raised).
+///
+/// # Errors
+///
+/// As [`run_fleet`], and [`SimError::Interrupted`].
+pub fn run_fleet_until(
+    workload: &Workload,
+    options: &SimOptions,
+    fleet: &Fleet,
+    stop: &mut dyn FnMut() -> bool,
 ) -> Result<Outcome, SimError> {
     if fleet.replicas == 0 {
         return Err(SimError::Config(
@@ -311,8 +352,11 @@ pub fn run_fleet(
         now: 0.0,
         ids: Vec::new(),
         sampled: Vec::new(),
+        stop,
+        countdown: POLL_EVERY,
     };
     while sim.done < n {
+        sim.tick()?;
         let Some(t) = sim.next_event() else {
             return Err(SimError::Stalled {
                 done: sim.done,
@@ -338,6 +382,26 @@ pub fn run_fleet(
 }
 
 impl Loop<'_> {
+    /// Count one tick; every [`POLL_EVERY`]th asks the stop hook.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::Interrupted`] when the hook says stop.
+    fn tick(&mut self) -> Result<(), SimError> {
+        self.countdown -= 1;
+        if self.countdown > 0 {
+            return Ok(());
+        }
+        self.countdown = POLL_EVERY;
+        if (self.stop)() {
+            return Err(SimError::Interrupted {
+                done: self.done,
+                requests: self.workload.len(),
+            });
+        }
+        Ok(())
+    }
+
     /// The earliest of the next arrival and the end of each step in flight.
     fn next_event(&self) -> Option<f64> {
         let mut next = (self.order.get(self.next)).map(|&i| self.workload.arrival_s[i]);
@@ -356,6 +420,8 @@ impl Loop<'_> {
             if self.workload.arrival_s[i] > self.now {
                 break;
             }
+            // A burst (every request at t = 0) routes millions of requests in one event.
+            self.tick()?;
             self.route(i)?;
             self.next += 1;
         }
