@@ -69,6 +69,7 @@ from .simulator import (
 from .workload import (
     DEFAULT_RATE,
     DEFAULT_REQUESTS,
+    MAX_REQUESTS,
     MAX_TOKENS,
     TraceError,
     Workload,
@@ -80,7 +81,6 @@ __all__ = ["add_parser", "build_parser", "main", "run"]
 
 PROG = "chunked-prefill simulate"
 
-MAX_REQUESTS = 10_000_000
 """The most synthetic requests (``--requests``): the workload is held in memory."""
 MIN_RATE = 1e-6
 """The lowest synthetic arrival rate (``--rate``), requests/s: ten million requests then
