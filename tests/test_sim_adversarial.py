@@ -31,6 +31,7 @@ from chunked_prefill.sim import (
     expand_serving_configs,
     load_profile,
     load_trace,
+    search,
     simulate,
     simulate_serving,
 )
@@ -367,3 +368,56 @@ def test_output_to_a_closed_pipe_exits_0_silently(argv: list[str]) -> None:
     )
     os.close(write)
     assert (proc.returncode, proc.stderr) == (0, b"")
+
+
+SEARCH_CASES: list[tuple[dict[str, Any], type[Exception], str]] = [
+    ({"ray": 1}, TypeError, "ray must be True or False, got 1"),
+    ({"ray_address": "x"}, ValueError, "ray_address='x' needs ray=True"),
+    ({"keep_runs": None}, TypeError, "keep_runs must be True or False, got None"),
+    ({"on_probe": 1}, TypeError, "on_probe must be None or a callable, got 1"),
+    (
+        {"engines": "llama2-7b-a100"},
+        TypeError,
+        "engines must be an iterable of engine presets, EngineModels or EngineSpecs,"
+        " got 'llama2-7b-a100'",
+    ),
+    (
+        {"routers": "round-robin"},
+        TypeError,
+        "routers must be an iterable of router names, got 'round-robin'",
+    ),
+    ({"backend": None}, ValueError, "backend must be 'rust' or 'pure', got None"),
+    ({"max_steps": 0}, ValueError, "max_steps must be an int in [1, 18446744073709551615], got 0"),
+    (
+        {"stall_threshold_s": -1},
+        ValueError,
+        "stall_threshold_s must be a number in [0, inf), got -1",
+    ),
+    ({"attainment": None}, ValueError, "attainment must be a fraction in (0, 1], got None"),
+    ({"gpu_cost": True}, ValueError, "gpu_cost must be a number in (0, inf) or None, got True"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "kind", "message"), SEARCH_CASES)
+def test_search_arguments_refused_before_any_probe(
+    kwargs: dict[str, Any], kind: type[Exception], message: str
+) -> None:
+    probes: list[int] = []
+    args: dict[str, Any] = {
+        "slo_ttft_s": 1.0,
+        "workers": 1,
+        "on_probe": lambda d, t: probes.append(d),
+    }
+    with pytest.raises(kind) as info:
+        search(SyntheticWorkload(requests=3), **{**args, **kwargs})
+    assert (str(info.value), probes) == (message, [])
+
+
+def test_search_with_ray_missing_is_an_import_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    with pytest.raises(ImportError) as info:
+        search(SyntheticWorkload(requests=3), slo_ttft_s=1.0, ray=True)
+    assert str(info.value) == (
+        "ray=True needs Ray; install the ray extra: pip install 'chunked-prefill[ray]'"
+        " (or pip install ray)"
+    )
