@@ -153,7 +153,7 @@ GOOD = "512,10,131328,5000,0.05\n"
         (HEADER.replace(",duration_s", ""), ":1: field 'duration_s': is missing"),
         (HEADER.replace("\n", ",duration_s\n"), ":1: field 'duration_s': appears twice"),
         ("", ": is empty"),
-        (b"\xff\xfe", ": not UTF-8 text"),
+        (b"\xff\xfe", ":1: not UTF-8 text"),
         (HEADER + GOOD, ": fitting needs at least 5 steps, got 1"),
     ],
 )

@@ -12,12 +12,14 @@ not an error: exit status 0.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
+from typing import Any
 
 __all__ = ["Terminated", "stopping", "terminate_raises"]
 
@@ -85,6 +87,12 @@ def _stdout_closed() -> bool:
         return False
 
 
+def reader_gone(err: BaseException) -> bool:
+    """Whether ``err`` is the broken pipe of a stdout whose reader stopped reading, which
+    :func:`stopping` ends with status 0 (a command's own ``except OSError`` lets it by)."""
+    return isinstance(err, BrokenPipeError) and _stdout_closed()
+
+
 def stopping(prog: str, body: Callable[[], int]) -> int:
     """``body()``'s exit status, or the status of how it was stopped, after one line
     ``PROG: interrupted`` (Ctrl-C, 130) or ``PROG: terminated by SIGTERM`` (143; SIGHUP
@@ -108,3 +116,16 @@ def stopping(prog: str, body: Callable[[], int]) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+
+
+def pipe_console(**options: Any) -> Any:
+    """A ``rich`` console whose write to a closed pipe raises ``BrokenPipeError``, which
+    :func:`stopping` ends with status 0 as for the commands' other output (rich's own
+    handling exits with status 1)."""
+    from rich.console import Console
+
+    class _PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    return _PipeConsole(**options)

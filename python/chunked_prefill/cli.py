@@ -288,8 +288,9 @@ def _run_fit(args: argparse.Namespace) -> int:
         }
         print(json.dumps(doc))
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from ._stop import pipe_console as Console
 
     table = Table(title=fit.engine.name)
     table.add_column("coefficient")

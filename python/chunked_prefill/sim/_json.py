@@ -46,13 +46,16 @@ def loads(text: str) -> Any:
     ``NaN`` and ``Infinity`` come back as :class:`Number` texts too, for the caller to
     refuse. Raises ``json.JSONDecodeError`` or :class:`DuplicateKey`.
     """
-    return json.loads(
-        text,
-        object_pairs_hook=_object,
-        parse_int=Number,
-        parse_float=Number,
-        parse_constant=Number,
-    )
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=_object,
+            parse_int=Number,
+            parse_float=Number,
+            parse_constant=Number,
+        )
+    except RecursionError:  # arrays or objects nested thousands deep
+        raise json.JSONDecodeError("nested too deeply", text, 0) from None
 
 
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")

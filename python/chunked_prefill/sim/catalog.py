@@ -11,14 +11,15 @@ source is in ``docs/engines.md``; the presets' sources are in their ``source`` f
 
 from __future__ import annotations
 
-import json
 import math
+import numbers
 import os
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from ._json import DuplicateKey, Number, exact, whole
-from ._json import loads as json_loads
+from ._check import path, real, show
+from ._files import read_json_object, read_profile_bytes
+from ._json import Number, exact, whole
 from .engine import DEFAULT_GPU_MEMORY_UTILIZATION, GIB, KVMemory
 
 if TYPE_CHECKING:
@@ -42,6 +43,8 @@ __all__ = [
 ]
 
 TP_DEGREES = (1, 2, 4, 8)
+MAX_TP = 1024
+"""The largest tensor-parallel degree (``--tp``'s limit too)."""
 """The tensor-parallel degrees ``chunked-prefill engines`` lists."""
 
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -366,22 +369,7 @@ def _kind(value: object) -> str:
 
 
 def _read_json(path: str, error: type[ValueError]) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as err:
-        raise error(f"{path}: cannot be read: {err.strerror or err}") from None
-    try:
-        table = json_loads(data.decode("utf-8"))
-    except UnicodeDecodeError as err:
-        raise error(f"{path}: not UTF-8 text: {err}") from None
-    except DuplicateKey as err:
-        raise error(f"{path}: key {err.key!r}: appears twice in one object") from None
-    except json.JSONDecodeError as err:
-        raise error(f"{path}: not valid JSON: {err}") from None
-    if not isinstance(table, dict):
-        raise error(f"{path}: expected a JSON object at the top level")
-    return table
+    return read_json_object(path, error)
 
 
 MAX_MODEL_COUNT = 10**12
@@ -518,7 +506,11 @@ def resolve_model(model: str | os.PathLike[str] | ModelSpec) -> ModelSpec:
     """A preset name of :data:`MODELS`, a ``config.json`` path, or a spec as is."""
     if isinstance(model, ModelSpec):
         return model
-    text = os.fspath(model)
+    if not isinstance(model, (str, os.PathLike)):
+        raise TypeError(
+            f"model must be a preset name, a config.json path or a ModelSpec, got {show(model)}"
+        )
+    text = path("model", model)
     if text in MODELS:
         return MODELS[text]
     if not os.path.exists(text) and not text.lower().endswith(".json"):
@@ -554,10 +546,9 @@ def load_gpu_profile(path: str | os.PathLike[str]) -> GpuSpec:
         from .engine import _load_toml
 
         try:
-            with open(name, "rb") as fh:
-                table = _load_toml(name, fh.read())
-        except OSError as err:
-            raise ModelConfigError(f"{name}: cannot be read: {err.strerror or err}") from None
+            table = _load_toml(name, read_profile_bytes(name, ModelConfigError))
+        except ModelConfigError:
+            raise
         except ValueError as err:
             raise ModelConfigError(str(err)) from None
     else:
@@ -600,7 +591,9 @@ def resolve_gpu(gpu: str | os.PathLike[str] | GpuSpec) -> GpuSpec:
     """A preset name of :data:`GPUS`, a profile path, or a spec as is."""
     if isinstance(gpu, GpuSpec):
         return gpu
-    text = os.fspath(gpu)
+    if not isinstance(gpu, (str, os.PathLike)):
+        raise TypeError(f"gpu must be a preset name, a profile path or a GpuSpec, got {show(gpu)}")
+    text = path("gpu", gpu)
     if text in GPUS:
         return GPUS[text]
     if not os.path.exists(text) and not text.lower().endswith((".json", ".toml")):
@@ -674,8 +667,12 @@ def engine_for(
     """
     from .roofline import RooflineModel
 
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        raise ValueError(f"tp must be a whole number of GPUs, at least 1, got {tp!r}")
+    if isinstance(tp, bool) or not isinstance(tp, numbers.Integral) or not 1 <= tp <= MAX_TP:
+        raise ValueError(f"tp must be a whole number of GPUs in [1, {MAX_TP}], got {show(tp)}")
+    tp = int(tp)
+    gpu_memory_utilization = real(
+        "gpu_memory_utilization", gpu_memory_utilization, 0.0, 1.0, low_open=True
+    )
     spec = resolve_model(model)
     card = resolve_gpu(gpu)
     if overrides:

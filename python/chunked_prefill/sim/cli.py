@@ -28,7 +28,7 @@ from .._args import (
     show,
 )
 from .._output import check_output, check_outputs
-from .._stop import stopping
+from .._stop import reader_gone, stopping
 from .engine import (
     DEFAULT_ENGINE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -69,6 +69,7 @@ from .simulator import (
 from .workload import (
     DEFAULT_RATE,
     DEFAULT_REQUESTS,
+    MAX_REQUESTS,
     MAX_TOKENS,
     TraceError,
     Workload,
@@ -80,7 +81,6 @@ __all__ = ["add_parser", "build_parser", "main", "run"]
 
 PROG = "chunked-prefill simulate"
 
-MAX_REQUESTS = 10_000_000
 """The most synthetic requests (``--requests``): the workload is held in memory."""
 MIN_RATE = 1e-6
 """The lowest synthetic arrival rate (``--rate``), requests/s: ten million requests then
@@ -699,6 +699,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{PROG}: error: {hint}", file=sys.stderr)
         return 2
     except OSError as err:  # a file that vanished or broke between its check and its use
+        if reader_gone(err):  # `simulate --json | head`: stopping() ends it with 0
+            raise
         print(f"{PROG}: error: {one_line(str(err))}", file=sys.stderr)
         return 2
 
@@ -808,7 +810,7 @@ def check_output_paths(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from .._stop import pipe_console as Console
 
     check_grid(args)
     check_output_paths(args)
@@ -918,7 +920,7 @@ def check_serving_configs(
 
 
 def _run_serving(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from .._stop import pipe_console as Console
 
     backend = _serving_backend(args.backend)
     workload = workload_from_args(args)

@@ -16,15 +16,13 @@ its prompt plus the tokens it has generated so far.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from ._json import DuplicateKey, Number, exact
-from ._json import loads as json_loads
+from ._json import Number, exact
 
 __all__ = [
     "DEFAULT_ENGINE",
@@ -72,6 +70,8 @@ class EngineModel:
     original coefficients keeps its meaning; :data:`DEFAULT_ENGINE` sets it."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise TypeError(f"engine name must be a string, got {self.name!r}")
         for f in fields(self):
             if f.name == "name":
                 continue
@@ -195,6 +195,8 @@ def _load_toml(path: str, data: bytes) -> dict[str, Any]:
         raise ProfileError(f"{path}: not UTF-8 text: {err}") from None
     except ValueError as err:  # TOMLDecodeError, or an integer of over 4 300 digits
         raise ProfileError(f"{path}: not valid TOML: {err}") from None
+    except RecursionError:
+        raise ProfileError(f"{path}: not valid TOML: nested too deeply") from None
     return parsed
 
 
@@ -244,25 +246,16 @@ def load_profile(path: str | os.PathLike[str], base: EngineModel = DEFAULT_ENGIN
     (a profile written before ``c_chunk_sq_s`` existed keeps the base's). An unknown key or a
     bad value raises :class:`ProfileError` naming the file and key.
     """
-    name = os.fspath(path)
-    try:
-        with open(name, "rb") as fh:
-            data = fh.read()
-    except OSError as err:
-        raise ProfileError(f"{name}: cannot be read: {err.strerror or err}") from None
+    from ._check import kind
+    from ._check import path as check_path
+    from ._files import read_json_object, read_profile_bytes
+
+    name = check_path("path", path)
+    kind("base", base, (EngineModel,), "an EngineModel")
     if name.lower().endswith(".toml"):
-        table = _load_toml(name, data)
+        table = _load_toml(name, read_profile_bytes(name, ProfileError))
     else:
-        try:
-            table = json_loads(data.decode("utf-8"))
-        except UnicodeDecodeError as err:
-            raise ProfileError(f"{name}: not UTF-8 text: {err}") from None
-        except DuplicateKey as err:
-            raise ProfileError(f"{name}: key {err.key!r}: appears twice in one object") from None
-        except json.JSONDecodeError as err:
-            raise ProfileError(f"{name}: not valid JSON: {err}") from None
-        if not isinstance(table, dict):
-            raise ProfileError(f"{name}: expected a JSON object at the top level")
+        table = read_json_object(name, ProfileError)
     if "engine" in table:
         inner = table["engine"]
         extra = sorted(set(table) - {"engine"})

@@ -221,8 +221,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_tables(rows: list[dict[str, Any]], block_size: int, utilization: float) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from .._stop import pipe_console as Console
 
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:

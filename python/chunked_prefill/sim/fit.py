@@ -27,10 +27,11 @@ from decimal import Decimal
 import numpy as np
 import numpy.typing as npt
 
+from ._check import path as check_path
 from ._json import exact
 from .engine import EngineModel
 from .simulator import StepRecord
-from .workload import TraceError, _parse_int, _show
+from .workload import TraceError, _parse_int, _show, read_text
 
 __all__ = [
     "COLUMNS",
@@ -135,14 +136,8 @@ def _duration(path: str, line: int, raw: str) -> float:
 def read_steps_csv(path: str | os.PathLike[str]) -> Steps:
     """Read a steps file. A missing column or a bad cell raises :class:`TraceError`
     (``FILE:LINE: field 'NAME': problem``); nothing is dropped or repaired."""
-    name = os.fspath(path)
-    try:
-        with open(name, encoding="utf-8", newline="") as fh:
-            text = fh.read()
-    except OSError as err:
-        raise TraceError(name, 0, None, f"cannot be read: {err.strerror or err}") from None
-    except UnicodeDecodeError as err:
-        raise TraceError(name, 0, None, f"not UTF-8 text: {err}") from None
+    name = check_path("path", path)
+    text = read_text(name)
     rows: list[tuple[float, ...]] = []
     header: list[str] | None = None
     reader = csv.reader(io.StringIO(text, newline=""))

@@ -14,6 +14,7 @@ Every rule is deterministic; remaining ties go to the lowest replica index.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Sequence
 
 __all__ = ["MAX_REPLICAS", "ROUTERS", "check_fleet", "outstanding", "pick"]
@@ -25,14 +26,16 @@ MAX_REPLICAS = 4096
 """The most replicas: the loop looks at every replica at every event."""
 
 
-def check_fleet(replicas: object, router: object) -> None:
-    """Raise ``ValueError`` (``TypeError`` for a non-integer count) naming a bad fleet."""
-    if isinstance(replicas, bool) or not isinstance(replicas, int):
+def check_fleet(replicas: object, router: object) -> tuple[int, str]:
+    """``(replicas, router)`` as plain values; ``ValueError`` (``TypeError`` for a
+    non-integer count) naming a bad fleet."""
+    if not isinstance(replicas, numbers.Integral) or isinstance(replicas, bool):
         raise TypeError(f"replicas must be an integer, got {type(replicas).__name__}")
-    if not 1 <= replicas <= MAX_REPLICAS:
+    if not 1 <= int(replicas) <= MAX_REPLICAS:
         raise ValueError(f"replicas must be between 1 and {MAX_REPLICAS}, got {replicas}")
-    if router not in ROUTERS:
+    if not isinstance(router, str) or router not in ROUTERS:
         raise ValueError(f"router must be one of {', '.join(ROUTERS)}, got {router!r}")
+    return int(replicas), str(router)
 
 
 def outstanding(prompt: int, output: int, computed: int, emitted: int) -> int:

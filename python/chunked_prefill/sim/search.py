@@ -18,11 +18,13 @@ the workload at that rate; probes run in this process, on a process pool or as R
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from ._check import boolean, check_callback, count, items, kind, real, show
 from .engine import DEFAULT_GPU_MEMORY_UTILIZATION, EngineModel
 from .rate_search import RateSearch
 from .router import check_fleet
@@ -107,6 +109,14 @@ def search(
     slo = _slo(slo_ttft_s, slo_tpot_s, slo_tbt_s)
     _check(attainment, precision, rank_by, gpu_cost, workers)
     start = _start_rate(source, start_rate)
+    gpu_memory_utilization = real(
+        "gpu_memory_utilization", gpu_memory_utilization, 0.0, 1.0, low_open=True
+    )
+    if not isinstance(backend, str) or backend not in ("rust", "pure"):
+        raise ValueError(f"backend must be 'rust' or 'pure', got {show(backend)}")
+    stall_threshold_s = real("stall_threshold_s", stall_threshold_s, 0.0)
+    max_steps = count("max_steps", max_steps, 1, 2**64 - 1)
+    _check_runner(ray, ray_address, on_probe, keep_runs)
     ctx = ProbeContext(
         source,
         tuple(points),
@@ -151,16 +161,21 @@ def _points(
     elif configs is None:
         cfgs = [ServingSimConfig()]
     else:
-        cfgs = list(configs)
+        cfgs = items("configs", configs, "ServingSimConfig values", empty=True)
+        for i, cfg in enumerate(cfgs):
+            kind(f"configs[{i}]", cfg, (ServingSimConfig,), "a ServingSimConfig")
+    engines = items("engines", engines, "engine presets, EngineModels or EngineSpecs", empty=True)
     specs = [engine_spec(e) for e in engines]
+    replicas = items("replicas", replicas, "ints", empty=True)
+    routers = items("routers", routers, "router names", empty=True)
     for what, values in (("configs", cfgs), ("engines", specs), ("replicas", replicas)):
         if not values:
             raise ValueError(f"{what} must not be empty")
     if not routers:
         raise ValueError("routers must not be empty")
-    for n in replicas:
-        for r in routers:
-            check_fleet(n, r)
+    fleets = [check_fleet(n, r) for n in replicas for r in routers]
+    replicas = [n for n, _ in fleets]
+    routers = [r for _, r in fleets]
     return grid(cfgs, specs, list(dict.fromkeys(replicas)), list(dict.fromkeys(routers)))
 
 
@@ -183,16 +198,36 @@ def _check(
     gpu_cost: float | None,
     workers: int | None,
 ) -> None:
-    if isinstance(attainment, bool) or not 0 < attainment <= 1:
-        raise ValueError(f"attainment must be a fraction in (0, 1], got {attainment!r}")
-    if isinstance(precision, bool) or not 0 < precision <= 1:
-        raise ValueError(f"precision must be a fraction in (0, 1], got {precision!r}")
-    if rank_by not in RANK_BY:
-        raise ValueError(f"rank_by must be one of {', '.join(RANK_BY)}, got {rank_by!r}")
-    if gpu_cost is not None and not (math.isfinite(gpu_cost) and gpu_cost > 0):
-        raise ValueError(f"gpu_cost must be a finite number of dollars > 0, got {gpu_cost!r}")
-    if workers is not None and (isinstance(workers, bool) or workers < 1):
+    for name, value in (("attainment", attainment), ("precision", precision)):
+        try:
+            real(name, value, 0.0, 1.0, low_open=True)
+        except ValueError:
+            raise ValueError(f"{name} must be a fraction in (0, 1], got {show(value)}") from None
+    if not isinstance(rank_by, str) or rank_by not in RANK_BY:
+        raise ValueError(f"rank_by must be one of {', '.join(RANK_BY)}, got {show(rank_by)}")
+    real("gpu_cost", gpu_cost, 0.0, low_open=True, none=True)
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool)):
+        raise ValueError(f"workers must be an int >= 1, got {show(workers)}")
+    if workers is not None and workers < 1:
         raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+
+
+def _check_runner(ray: object, address: object, on_probe: object, keep_runs: object) -> None:
+    use_ray = boolean("ray", ray)
+    if address is not None and (not isinstance(address, str) or not address):
+        raise TypeError(f"ray_address must be None or a non-empty string, got {show(address)}")
+    if address is not None and not use_ray:
+        raise ValueError(f"ray_address={address!r} needs ray=True")
+    if use_ray:
+        try:
+            importlib.import_module("ray")
+        except ImportError:
+            raise ImportError(
+                "ray=True needs Ray; install the ray extra: pip install 'chunked-prefill[ray]'"
+                " (or pip install ray)"
+            ) from None
+    check_callback("on_probe", on_probe)
+    boolean("keep_runs", keep_runs)
 
 
 def _start_rate(source: RateWorkload, start_rate: float | None) -> float:

@@ -25,7 +25,7 @@ from .._args import (
     one_line,
     show,
 )
-from .._stop import terminate_raises
+from .._stop import reader_gone, terminate_raises
 from .cli import (
     DEFAULT_MAX_STEPS,
     MAX_SEARCH_RATE,
@@ -234,6 +234,8 @@ def run(args: argparse.Namespace) -> int:
     except PlotUnavailable:
         message = f"argument --plot: needs matplotlib; {PLOT_HINT}"
     except (OSError, ConnectionError) as err:
+        if reader_gone(err):  # `search --json | head`: stopping() ends it with 0
+            raise
         message = str(err)
     print(f"{PROG}: error: {one_line(message)}", file=sys.stderr)
     return 2
@@ -292,7 +294,7 @@ def _util(args: argparse.Namespace) -> float:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from .._stop import pipe_console as Console
 
     check_grid(args)
     source = _source(args)

@@ -16,11 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ._check import check_engine, count, kind, real, show
 from .engine import ENGINE_PRESETS, MEMORY_PRESETS, EngineModel, KVMemory
 from .roofline import StepTimeModel
 from .router import ROUTERS
 from .serving import ServingSimConfig, memory_of
-from .workload import DEFAULT_REQUESTS, Workload, default_workload
+from .workload import DEFAULT_REQUESTS, MAX_REQUESTS, MAX_TOKENS, Workload, default_workload
 
 __all__ = [
     "ROUTERS",
@@ -54,6 +55,20 @@ class SyntheticWorkload:
     prompt_scale: float = 1.0
     output_scale: float = 1.0
 
+    def __post_init__(self) -> None:
+        # default_workload's rules, checked here so that a bad value is refused before the
+        # search draws (or ships to a worker) anything.
+        for name, low, high in (
+            ("requests", 1, MAX_REQUESTS),
+            ("seed", 0, 2**64 - 1),
+            ("prefix_tokens", 0, MAX_TOKENS),
+            ("prefix_groups", 1, MAX_TOKENS),
+            ("turns", 1, MAX_TOKENS),
+        ):
+            object.__setattr__(self, name, count(name, getattr(self, name), low, high))
+        for name in ("prompt_scale", "output_scale"):
+            object.__setattr__(self, name, real(name, getattr(self, name), 0.0, low_open=True))
+
     def at_rate(self, rate: float) -> Workload:
         """The workload ``chunked-prefill simulate --rate RATE`` with these flags runs."""
         wl = default_workload(
@@ -67,6 +82,10 @@ class SyntheticWorkload:
         return wl.scaled(self.prompt_scale, 1.0).scaled(1.0, self.output_scale)
 
 
+MAX_GPUS = 2**20
+"""The most GPUs one replica of an :class:`EngineSpec` uses (a GPU count, not memory)."""
+
+
 @dataclass(frozen=True)
 class EngineSpec:
     """One engine of the grid: its step-time model, its KV memory, the GPUs one replica
@@ -77,6 +96,16 @@ class EngineSpec:
     memory: KVMemory
     gpus: int = 1
     flags: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_engine(self.model, "model")
+        kind("memory", self.memory, (KVMemory,), "a KVMemory")
+        object.__setattr__(self, "gpus", count("gpus", self.gpus, 1, MAX_GPUS))
+        if not isinstance(self.flags, (tuple, list)) or not all(
+            isinstance(f, str) for f in self.flags
+        ):
+            raise TypeError(f"flags must be a tuple of strings, got {show(self.flags)}")
+        object.__setattr__(self, "flags", tuple(self.flags))
 
     @property
     def name(self) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ._check import boolean, check_engine, count, items, kind, real, show
 from .engine import (
     DEFAULT_ENGINE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -74,6 +75,23 @@ class ServingSimConfig:
     num_blocks: int | None = None
     watermark: float = 0.0
     prefix_caching: bool = True
+
+    def __post_init__(self) -> None:
+        # The rules of ServingConfig's own checks, here so that a bad value names the
+        # option when it is built (the pool size is known only at the run).
+        for name, none in (
+            ("chunk_size", True),
+            ("token_budget", True),
+            ("max_prefills_per_step", False),
+            ("max_running", False),
+            ("block_size", False),
+            ("num_blocks", True),
+        ):
+            object.__setattr__(self, name, count(name, getattr(self, name), 1, U64_MAX, none=none))
+        object.__setattr__(
+            self, "watermark", real("watermark", self.watermark, 0.0, 1.0, high_open=True)
+        )
+        object.__setattr__(self, "prefix_caching", boolean("prefix_caching", self.prefix_caching))
 
     def label(self) -> str:
         """A short human-readable description."""
@@ -134,16 +152,20 @@ def expand_serving_configs(
     ``None`` chunk size drops the token budget (it is stretched), duplicates removed."""
     out: list[ServingSimConfig] = []
     seen: set[ServingSimConfig] = set()
-    for chunk, budget, prefills, running, bs, blocks, wm, pc in itertools.product(
-        list(chunk_sizes),
-        list(token_budgets),
-        list(max_prefills_per_step),
-        list(max_running),
-        list(block_sizes),
-        list(num_blocks),
-        list(watermarks),
-        list(prefix_caching),
-    ):
+    axes = [
+        items(name, value, what)
+        for name, value, what in (
+            ("chunk_sizes", chunk_sizes, "ints or None"),
+            ("token_budgets", token_budgets, "ints or None"),
+            ("max_prefills_per_step", max_prefills_per_step, "ints"),
+            ("max_running", max_running, "ints"),
+            ("block_sizes", block_sizes, "ints"),
+            ("num_blocks", num_blocks, "ints or None"),
+            ("watermarks", watermarks, "numbers"),
+            ("prefix_caching", prefix_caching, "bools"),
+        )
+    ]
+    for chunk, budget, prefills, running, bs, blocks, wm, pc in itertools.product(*axes):
         cfg = ServingSimConfig(
             chunk, None if chunk is None else budget, prefills, running, bs, blocks, wm, pc
         )
@@ -319,17 +341,34 @@ def simulate_serving(
     """
     import numpy as np
 
+    kind("workload", workload, (Workload,), "a Workload")
     if isinstance(configs, ServingSimConfig):
         cfg_list = [configs]
     elif configs is None:
         cfg_list = [ServingSimConfig()]
     else:
-        cfg_list = list(configs)
+        cfg_list = items("configs", configs, "ServingSimConfig values", empty=True)
+        for i, cfg in enumerate(cfg_list):
+            kind(f"configs[{i}]", cfg, (ServingSimConfig,), "a ServingSimConfig")
+    if not cfg_list:
+        raise ValueError("no configuration to simulate")
     if len(workload) == 0:
         raise ValueError("the workload holds no requests")
-    if backend not in ("rust", "pure"):
-        raise ValueError(f"backend must be 'rust' or 'pure', got {backend!r}")
-    check_fleet(replicas, router)
+    check_engine(engine)
+    num_blocks = count("num_blocks", num_blocks, 1, U64_MAX, none=True)
+    if memory is not None:
+        kind("memory", memory, (KVMemory,), "None or a KVMemory")
+    gpu_memory_utilization = real(
+        "gpu_memory_utilization", gpu_memory_utilization, 0.0, 1.0, low_open=True
+    )
+    if not isinstance(backend, str) or backend not in ("rust", "pure"):
+        raise ValueError(f"backend must be 'rust' or 'pure', got {show(backend)}")
+    stall_threshold_s = real("stall_threshold_s", stall_threshold_s, 0.0)
+    slo_ttft_s = real("slo_ttft_s", slo_ttft_s, 0.0, low_open=True, none=True)
+    slo_tpot_s = real("slo_tpot_s", slo_tpot_s, 0.0, low_open=True, none=True)
+    slo_tbt_s = real("slo_tbt_s", slo_tbt_s, 0.0, low_open=True, none=True)
+    max_steps = count("max_steps", max_steps, 1, U64_MAX)
+    replicas, router = check_fleet(replicas, router)
     slo = {
         k: v
         for k, v in (("ttft_s", slo_ttft_s), ("tpot_s", slo_tpot_s), ("tbt_s", slo_tbt_s))

@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import importlib
 import itertools
-import math
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Union
 
 from . import planner_loop
+from ._check import boolean, check_callback, check_engine, count, items, kind, real, show
 from .engine import DEFAULT_ENGINE
 from .roofline import StepTimeModel
 from .workload import Request, Workload
@@ -163,13 +163,17 @@ def expand_configs(
     """
     out: list[SimConfig] = []
     seen: set[SimConfig] = set()
-    for combo in itertools.product(
-        list(chunk_sizes),
-        list(token_budgets),
-        list(max_prefills_per_step),
-        list(max_decode_tokens),
-        list(max_running),
-    ):
+    axes = [
+        items(name, value, what)
+        for name, value, what in (
+            ("chunk_sizes", chunk_sizes, "ints or None"),
+            ("token_budgets", token_budgets, "ints or None"),
+            ("max_prefills_per_step", max_prefills_per_step, "ints"),
+            ("max_decode_tokens", max_decode_tokens, "ints"),
+            ("max_running", max_running, "ints"),
+        )
+    ]
+    for combo in itertools.product(*axes):
         chunk, budget, prefills, decode, running = combo
         if chunk is None:
             budget = None
@@ -413,6 +417,8 @@ def resolve_backend(backend: Backend = "auto") -> ModuleType:
     """
     if isinstance(backend, ModuleType):
         return backend
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be 'auto', 'rust', 'pure' or a module, got {show(backend)}")
     if backend == "auto":
         env = os.environ.get("CHUNKED_PREFILL_BACKEND", "").strip().lower()
         if env in ("rust", "pure"):
@@ -466,6 +472,10 @@ def simulate(
     hang the caller. ``None`` (the default) sets no bound.
     """
     if not isinstance(workload, Workload):
+        if isinstance(workload, (str, bytes, Mapping)) or not isinstance(workload, Iterable):
+            raise TypeError(
+                f"workload must be a Workload or a sequence of Request, got {show(workload)}"
+            )
         workload = Workload.from_requests(workload)
     if len(workload) == 0:
         raise ValueError("the workload holds no requests")
@@ -474,11 +484,15 @@ def simulate(
     elif configs is None:
         cfg_list = expand_configs()
     else:
-        cfg_list = list(configs)
+        cfg_list = items("configs", configs, "SimConfig values", empty=True)
+        for i, cfg in enumerate(cfg_list):
+            kind(f"configs[{i}]", cfg, (SimConfig,), "a SimConfig")
     if not cfg_list:
         raise ValueError("no configuration to simulate")
-    if not (math.isfinite(stall_threshold_s) and stall_threshold_s >= 0):
-        raise ValueError(f"stall_threshold_s must be finite and >= 0, got {stall_threshold_s!r}")
+    check_engine(engine)
+    stall_threshold_s = real("stall_threshold_s", stall_threshold_s, 0.0)
+    record_steps = boolean("record_steps", record_steps)
+    check_callback("on_progress", on_progress)
     module = resolve_backend(backend)
     check_configs(workload, cfg_list, backend=module, max_steps=max_steps)
     limit = _NO_LIMIT if max_steps is None else max_steps
@@ -518,8 +532,7 @@ def check_configs(
     with ``max_steps``, need at most that many steps by :func:`min_steps`
     (:class:`StepLimitError`). Cheap: one pass over the workload per configuration.
     """
-    if max_steps is not None and (type(max_steps) is not int or max_steps < 1):
-        raise ValueError(f"max_steps must be None or an int >= 1, got {max_steps!r}")
+    max_steps = count("max_steps", max_steps, 1, _NO_LIMIT, none=True)
     module = resolve_backend(backend)
     cfg_list = list(configs)
     longest = max(workload.prompt_tokens)

@@ -18,6 +18,9 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
+from ._check import count, items, kind, real, show
+from ._check import path as check_path
+from ._files import FileProblem, read_bytes
 from ._json import FLOAT_EXACT, DuplicateKey, Number, exact, whole
 from ._json import loads as json_loads
 
@@ -37,6 +40,8 @@ U64_MAX = 2**64 - 1
 MAX_TOKENS = I64_MAX
 """The largest token count of a request (prompt, output or cached tokens): the simulator
 keeps per-request counts in 64-bit signed arrays."""
+MAX_SAMPLED = 2**53
+"""The largest length :class:`ChatWorkloadSpec` draws (its lengths are drawn as floats)."""
 MAX_ARRIVAL_S = float(2**53)
 """The latest arrival time, in seconds (about 285 million years): up to it a float holds
 whole seconds exactly, and the simulated clock cannot overflow."""
@@ -151,7 +156,10 @@ class Workload:
     @classmethod
     def from_requests(cls, requests: Iterable[Request], *, source: str = "custom") -> Workload:
         """A workload holding ``requests`` in the given order."""
-        reqs = list(requests)
+        reqs = items("requests", requests, "Request values", empty=True)
+        for i, r in enumerate(reqs):
+            kind(f"requests[{i}]", r, (Request,), "a Request")
+        kind("source", source, (str,), "a string")
         return cls(
             arrival_s=tuple(float(r.arrival_s) for r in reqs),
             prompt_tokens=tuple(r.prompt_tokens for r in reqs),
@@ -180,8 +188,7 @@ class Workload:
 
     def head(self, n: int) -> Workload:
         """The first ``n`` requests (all of them if there are fewer)."""
-        if n < 0:
-            raise ValueError(f"head() needs n >= 0, got {n}")
+        n = count("n", n, 0, 2**64 - 1)
         return Workload(
             self.arrival_s[:n],
             self.prompt_tokens[:n],
@@ -218,9 +225,8 @@ class Workload:
         Cached prompt tokens scale with the prompt (rounded down, never above the scaled
         prompt). Scales of exactly 1 leave the workload unchanged.
         """
-        for name, s in (("prompt_scale", prompt_scale), ("output_scale", output_scale)):
-            if not (math.isfinite(s) and s > 0):
-                raise ValueError(f"{name} must be a finite number > 0, got {s!r}")
+        prompt_scale = real("prompt_scale", prompt_scale, 0.0, low_open=True)
+        output_scale = real("output_scale", output_scale, 0.0, low_open=True)
         if prompt_scale == 1.0 and output_scale == 1.0:
             return self
         prompts = self.prompt_tokens
@@ -256,8 +262,7 @@ class Workload:
         order and the relative gaps stay. Raises ``ValueError`` when the arrivals span no
         time (nothing to rescale) or a rescaled time would pass 2**53 seconds.
         """
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
-            raise ValueError(f"rate must be a number of requests/s > 0 (or inf), got {rate!r}")
+        rate = real("rate", rate, 0.0, low_open=True, inf=True)
         current = self.mean_rate
         if math.isinf(current):
             raise ValueError(
@@ -298,8 +303,8 @@ def _scale_counts(name: str, scale: float, counts: Sequence[int], what: str) -> 
     a count would leave ``[1, MAX_TOKENS]``."""
     limit = float(MAX_TOKENS)
     out = []
-    for i, count in enumerate(counts):
-        scaled = count * scale
+    for i, tokens in enumerate(counts):
+        scaled = tokens * scale
         if not scaled < limit:  # also catches inf
             raise ValueError(
                 f"{name} {scale:g} makes request {i}'s {what} {scaled:.3g} tokens, above the"
@@ -340,10 +345,23 @@ class ChatWorkloadSpec:
     output_sigma: float = 0.9
     max_output_tokens: int = 2048
 
+    def __post_init__(self) -> None:
+        for name in ("chat_prompt_median", "long_prompt_median", "output_median"):
+            object.__setattr__(
+                self, name, real(name, getattr(self, name), 0.0, MAX_ARRIVAL_S, low_open=True)
+            )
+        for name in ("chat_prompt_sigma", "long_prompt_sigma", "output_sigma"):
+            object.__setattr__(self, name, real(name, getattr(self, name), 0.0, 100.0))
+        object.__setattr__(self, "long_fraction", real("long_fraction", self.long_fraction, 0, 1))
+        for name in ("max_prompt_tokens", "max_output_tokens"):
+            object.__setattr__(self, name, count(name, getattr(self, name), 1, MAX_SAMPLED))
+
 
 DEFAULT_REQUESTS = 1000
 """How many requests :func:`default_workload` makes unless told."""
 DEFAULT_RATE = 6.0
+MAX_REQUESTS = 10_000_000
+"""The most requests :func:`default_workload` draws (``--requests``' limit too)."""
 """The default Poisson arrival rate of the synthetic workload, requests per second."""
 
 
@@ -380,10 +398,16 @@ def default_workload(
     """
     import numpy as np
 
-    if type(requests) is not int or requests < 1:
-        raise ValueError(f"requests must be an int >= 1, got {requests!r}")
-    if not (rate > 0 and not math.isnan(rate)):
-        raise ValueError(f"rate must be > 0 (or inf), got {rate!r}")
+    requests = count("requests", requests, 1, MAX_REQUESTS)
+    rate = real("rate", rate, 0.0, low_open=True, inf=True)
+    seed = count("seed", seed, 0, U64_MAX)
+    prompt_scale = real("prompt_scale", prompt_scale, 0.0, low_open=True)
+    output_scale = real("output_scale", output_scale, 0.0, low_open=True)
+    if spec is not None:
+        kind("spec", spec, (ChatWorkloadSpec,), "None or a ChatWorkloadSpec")
+    prefix_tokens = count("prefix_tokens", prefix_tokens, 0, MAX_TOKENS)
+    prefix_groups = count("prefix_groups", prefix_groups, 1, MAX_TOKENS)
+    turns = count("turns", turns, 1, MAX_TOKENS)
     spec = spec or ChatWorkloadSpec()
     rng = np.random.default_rng(seed)
     is_long = rng.random(requests) < spec.long_fraction
@@ -395,13 +419,6 @@ def default_workload(
     gaps = rng.standard_exponential(requests)
     arrivals = np.zeros(requests) if math.isinf(rate) else np.cumsum(gaps / rate)
     rate_text = "inf" if math.isinf(rate) else f"{rate:g}"
-    for name, value, low in (
-        ("prefix_tokens", prefix_tokens, 0),
-        ("prefix_groups", prefix_groups, 1),
-        ("turns", turns, 1),
-    ):
-        if type(value) is not int or not low <= value <= MAX_TOKENS:
-            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
     if prefix_tokens or turns > 1:
         shared = _shared_workload(
             requests, rate, seed, prompt, output, arrivals, prefix_tokens, prefix_groups, turns
@@ -547,6 +564,22 @@ FIELD_ALIASES: Mapping[str, tuple[str, ...]] = {
 
 _REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
 _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+def read_text(name: str) -> str:
+    """The UTF-8 text of the trace or steps file ``name`` (a leading BOM dropped), or a
+    :class:`TraceError` saying why not (see :mod:`._files`)."""
+    try:
+        data = read_bytes(name)
+    except FileProblem as err:
+        raise TraceError(name, err.line, None, err.problem) from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise TraceError(
+            name, line, None, f"not UTF-8 text: {err.reason} at byte {err.start}"
+        ) from None
 
 
 def _norm(name: str) -> str:
@@ -914,19 +947,15 @@ def load_trace(
     extending the last) and ``prefix_id`` (rows with one id share their first
     ``prefix_tokens`` prompt tokens), all optional.
     """
-    name = os.fspath(path)
+    name = check_path("path", path)
+    if not isinstance(time_unit, str) or time_unit not in _TIME_UNITS:
+        raise ValueError(f"time_unit must be one of {sorted(_TIME_UNITS)}, got {show(time_unit)}")
+    if format is not None and (not isinstance(format, str) or format not in ("csv", "jsonl")):
+        raise ValueError(f"format must be None, 'csv' or 'jsonl', got {show(format)}")
     for what, value, low in (("hash_block", hash_block, 1), ("prefix_tokens", prefix_tokens, 0)):
         if type(value) is not int or not low <= value <= MAX_TOKENS:
             raise ValueError(f"{what} must be an int in [{low}, {MAX_TOKENS}], got {value!r}")
-    if time_unit not in _TIME_UNITS:
-        raise ValueError(f"time_unit must be one of {sorted(_TIME_UNITS)}, got {time_unit!r}")
-    try:
-        with open(name, encoding="utf-8-sig", newline="") as fh:
-            text = fh.read()
-    except OSError as err:
-        raise TraceError(name, 0, None, f"cannot be read: {err.strerror or err}") from None
-    except UnicodeDecodeError as err:
-        raise TraceError(name, 0, None, f"is not UTF-8 text: {err}") from None
+    text = read_text(name)
     fmt = format
     if fmt is None:
         suffix = os.path.splitext(name)[1].lower()
@@ -942,8 +971,8 @@ def load_trace(
         _read_csv(name, text, unit, cols)
     elif fmt == "jsonl":
         _read_jsonl(name, text, unit, cols)
-    else:
-        raise ValueError(f"format must be 'csv' or 'jsonl', got {format!r}")
+    else:  # pragma: no cover - format was checked above
+        raise AssertionError(format)
     if not cols.arrival:
         raise TraceError(name, 0, None, "holds no requests")
     if cols.time_kind == "datetime":
