@@ -17,6 +17,7 @@ is written in place, as it cannot be replaced.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 from collections.abc import Iterator, Sequence
@@ -78,10 +79,16 @@ def _unwritable(path: str) -> str | None:
 
 
 def _temporary(folder: str, name: str) -> tuple[int, str]:
-    """A new hidden file in ``folder``, opened for writing, with the permissions a new
-    file gets (0o666 less the umask)."""
-    temp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
-    return os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), temp
+    """A new hidden file ``.NAME.XXXXXXXX.tmp`` in ``folder``, opened for writing, with the
+    permissions a new file gets (0o666 less the umask); a name already taken (a file left
+    by a killed run) is drawn again."""
+    for _ in range(100):
+        temp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), temp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary file name beside it")
 
 
 @contextlib.contextmanager

@@ -118,15 +118,6 @@ def per_prompt(name: str, value: object, n: int, convert: Any) -> list[Any]:
     return [convert(f"{name}[{i}]", v) for i, v in enumerate(items)]
 
 
-def as_salt(name: str, value: object) -> int:
-    v = _index(name, value)
-    if v < 0:
-        raise ValueError(message("negative", name=name, value=v))
-    if v > U64_MAX:
-        raise OverflowError(message("above_u64", name=name, value=v))
-    return v
-
-
 def as_arrival(name: str, value: object) -> float:
     a = as_number(name, value)
     if not (math.isfinite(a) and a >= 0):

@@ -20,11 +20,10 @@ from typing import Any
 
 import torch
 
-from .._validate import _index, as_bool
+from .._validate import _index, as_bool, as_u64
 from ._args import (
     as_arrival,
     as_count,
-    as_salt,
     check_model,
     check_prompts,
     eos_ids,
@@ -227,7 +226,7 @@ class PagedEngine:
         max_new = per_prompt("max_new_tokens", max_new_tokens, n, as_count)
         salts = [0] * n
         if cache_salts is not None:
-            salts = per_prompt("cache_salts", cache_salts, n, as_salt)
+            salts = per_prompt("cache_salts", cache_salts, n, as_u64)
         arrivals = [0.0] * n
         if arrival_s is not None:
             arrivals = per_prompt("arrival_s", arrival_s, n, as_arrival)

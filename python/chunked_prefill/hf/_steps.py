@@ -11,11 +11,12 @@ import contextlib
 import csv
 import errno
 import os
-import secrets
 import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
+
+from .._output import _temporary
 
 STEP_COLUMNS = (
     "prefill_tokens",
@@ -164,18 +165,9 @@ class OutputFile:
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
         if exists and not stat.S_ISREG(os.stat(target).st_mode):
             return  # a device or a FIFO: written in place at commit
-        folder, base = os.path.split(target)
-        for _ in range(100):
-            tmp = os.path.join(folder, f".{base}.{secrets.token_hex(4)}.tmp")
-            try:
-                self._fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            except FileExistsError:
-                continue
-            self.tmp = tmp
-            if exists:  # keep the mode of the file it replaces
-                os.chmod(tmp, stat.S_IMODE(os.stat(target).st_mode))
-            return
-        raise FileExistsError(errno.EEXIST, "no free temporary file name beside it")
+        self._fd, self.tmp = _temporary(*os.path.split(target))
+        if exists:  # keep the mode of the file it replaces
+            os.chmod(self.tmp, stat.S_IMODE(os.stat(target).st_mode))
 
     def commit(self, write: Callable[[IO[str]], None]) -> None:
         """Write the file with ``write(file)`` and put it in place."""
