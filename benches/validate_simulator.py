@@ -44,7 +44,7 @@ import transformers
 
 import chunked_prefill
 from chunked_prefill import hf
-from chunked_prefill.hf._steps import write_steps_csv
+from chunked_prefill._steps import write_steps_csv
 from chunked_prefill.sim.fit import fit_steps, read_steps_csv
 from chunked_prefill.sim.simulator import Percentiles
 from paged_figures import tiny_llama

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .._steps import STEP_COLUMNS, StepRecord
+
 # First: without torch and transformers, this raises the ImportError naming the extra.
 from . import _loop  # noqa: F401
 from ._args import as_optional_count, reject
@@ -32,7 +34,6 @@ from ._backend import resolve_backend, resolve_serving_backend
 from ._kv_pool import KVPool
 from ._loop import StepTiming, generate
 from ._paged import PagedEngine, RequestTiming
-from ._steps import STEP_COLUMNS, StepRecord
 from ._version import (
     SUPPORTED_TRANSFORMERS,
     VERIFIED_TRANSFORMERS,

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from .._steps import OutputFile, StepRecord, write_rows
 from .._validate import _index, as_bool, as_u64
 from ._args import (
     as_arrival,
@@ -34,7 +35,6 @@ from ._args import (
 from ._backend import convert_serving_config, resolve_serving_backend
 from ._kv_pool import KVPool
 from ._paged_forward import ModelCall, Work, run_step
-from ._steps import OutputFile, StepRecord, write_rows
 
 
 @dataclass

@@ -1,4 +1,6 @@
-"""What one step of :class:`~chunked_prefill.hf.PagedEngine` computed, and its wall time.
+"""What one engine step computed, and its wall time: the rows of a steps file that
+``chunked-prefill fit`` reads, written by :class:`~chunked_prefill.hf.PagedEngine` and by the
+vLLM adapter's step recorder (:mod:`chunked_prefill.vllm`).
 
 The counts are the inputs of the simulator's step-time model
 (:meth:`chunked_prefill.sim.engine.EngineModel.step_time`), so a recorded run can later be
@@ -16,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
-from .._output import _temporary
+from ._output import _temporary
 
 STEP_COLUMNS = (
     "prefill_tokens",
@@ -105,17 +107,19 @@ def write_steps_csv(path: str | os.PathLike[str], steps: Sequence[StepRecord]) -
 def write_rows(f: IO[str], steps: Sequence[StepRecord]) -> None:
     writer = csv.writer(f)
     writer.writerow(STEP_COLUMNS)
-    for s in steps:
-        writer.writerow(
-            (
-                s.prefill_tokens,
-                s.decode_tokens,
-                s.attention_pairs,
-                s.decode_context_tokens,
-                repr(s.duration_s),
-                s.prefill_chunk_sq,
-            )
-        )
+    writer.writerows(step_row(s) for s in steps)
+
+
+def step_row(s: StepRecord) -> tuple[object, ...]:
+    """The cells of ``s`` under :data:`STEP_COLUMNS`."""
+    return (
+        s.prefill_tokens,
+        s.decode_tokens,
+        s.attention_pairs,
+        s.decode_context_tokens,
+        repr(s.duration_s),
+        s.prefill_chunk_sq,
+    )
 
 
 def _os_error(name: str, shown: str, err: OSError) -> OSError:
