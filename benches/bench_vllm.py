@@ -86,14 +86,14 @@ def _model_dir() -> str:
     return path
 
 
-def make_scheduler(cls: type, log_stats: bool = True) -> Any:
+def make_scheduler(cls: type, log_stats: bool = True, num_blocks: int = 16384) -> Any:
     """``cls`` built as vLLM's engine core builds its scheduler, for the issue's settings."""
     import torch
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
 
-    block, blocks = 16, 16384 + 1  # + vLLM's null block
+    block, blocks = 16, num_blocks + 1  # + vLLM's null block
     model = ModelConfig(
         model=_model_dir(),
         dtype="float16",
@@ -266,9 +266,14 @@ def test_vllm_step(benchmark: Any, scheduler_name: str) -> None:
 # --- the table for docs/performance.md --------------------------------------------------
 
 
-def measure(cls: type, steps: int, log_stats: bool = True) -> list[StepTimes]:
-    scheduler = prepared(cls, FULL, log_stats)
-    return [step(scheduler) for _ in range(steps)]
+def measure(steps: int, log_stats: bool = True) -> dict[str, list[StepTimes]]:
+    """``steps`` steps of each scheduler, alternating (a load on the machine hits both)."""
+    schedulers = {name: prepared(cls, FULL, log_stats) for name, cls in _classes().items()}
+    times: dict[str, list[StepTimes]] = {name: [] for name in schedulers}
+    for _ in range(steps):
+        for name, scheduler in schedulers.items():
+            times[name].append(step(scheduler))
+    return times
 
 
 def _ms(values: list[float]) -> str:
@@ -277,7 +282,7 @@ def _ms(values: list[float]) -> str:
 
 def table(steps: int, log_stats: bool = True) -> str:
     """Median CPU ms per step of both schedulers over ``steps`` consecutive steps."""
-    times = {name: measure(cls, steps, log_stats) for name, cls in _classes().items()}
+    times = measure(steps, log_stats)
     lines = [
         "| scheduler | schedule() | update_from_output() | step | tokens/step | requests/step |",
         "|---|---|---|---|---|---|",
