@@ -215,29 +215,31 @@ class Scheduler(SchedulerInterface):
         prev = self._prev_scheduled
         new_reqs: list[NewRequestData] = []
         cached = CachedRequestData.make_empty()
+        req_ids, new_block_ids = cached.req_ids, cached.new_block_ids
+        num_computed, num_output = cached.num_computed_tokens, cached.num_output_tokens
         num_scheduled: dict[str, int] = {}
-        by_core = self._by_core
-        for item in batch.items:
-            request = by_core[item.request_id]
-            rid = request.request_id
-            num_scheduled[rid] = item.tokens
+        fast = self._fast
+        columns = zip(batch.items, batch.request_ids, batch.starts, batch.token_counts)
+        for item, core_id, start, tokens in columns:
+            rid, request, out, _, _, _ = fast[core_id]
+            num_scheduled[rid] = tokens
             blocks = item.new_blocks
             table = ([b + 1 for b in blocks],) if blocks else None
             status = request.status
-            if status != _RUNNING:
+            if status is not _RUNNING:
                 self._start_running(request, item)
                 if status == _WAITING or v2:
                     new_reqs.append(self._new_request_data(request, table or ([],), v2))
-                    request.num_computed_tokens = item.start + item.tokens
+                    request.num_computed_tokens = start + tokens
                     continue
                 cached.resumed_req_ids.add(rid)
-            cached.req_ids.append(rid)
-            cached.new_block_ids.append(table)
-            cached.num_computed_tokens.append(item.start)
-            cached.num_output_tokens.append(request.num_output_tokens)
+            req_ids.append(rid)
+            new_block_ids.append(table)
+            num_computed.append(start)
+            num_output.append(len(out))
             if not v2 and rid not in prev:
                 cached.all_token_ids[rid] = list(request.all_token_ids)
-            request.num_computed_tokens = item.start + item.tokens
+            request.num_computed_tokens = start + tokens
         if not v2:
             self._prev_scheduled = set(num_scheduled)
         return SchedulerOutput(
@@ -323,6 +325,7 @@ class Scheduler(SchedulerInterface):
         slow_emit = bool(runner.prompt_logprobs_dict) or runner.logprobs is not None
         fast = self._fast
         hash_size, lookahead = self._hash_block_size, self._hash_lookahead
+        hash_every = hash_size or 1
         tokens: dict[int, int] = {}
         stopped: list[int] = []
         for core_id in batch.request_ids:
@@ -336,19 +339,31 @@ class Scheduler(SchedulerInterface):
             token = new[0]
             out.append(token)
             all_ids.append(token)
-            if request._block_hasher is not None and (
-                hash_size is None
-                or len(all_ids) - lookahead >= (len(request.block_hashes) + 1) * hash_size
+            # The hasher hashes nothing before a block fills (block hashes are kept up to
+            # date at each token, so one fills at a multiple of the hash block size).
+            if (
+                (len(all_ids) - lookahead) % hash_every == 0
+                and request._block_hasher is not None
+                and (
+                    hash_size is None
+                    or len(all_ids) - lookahead >= (len(request.block_hashes) + 1) * hash_size
+                )
             ):
                 request.update_block_hashes()
             tokens[core_id] = token
             done = (token in stops or len(out) >= cap) and check_stop(request, self.max_model_len)
             if done:
                 stopped.append(core_id)
-            if done or slow_emit:
                 output = self._emit(request, [token], runner, done)
-            else:
-                output = _decode_output(request, rid, token, self.block_size)
+            elif slow_emit or request.prefill_stats is not None or request.events:
+                output = self._emit(request, [token], runner, done)
+            else:  # the common decode: what _emit gives when it has nothing to take
+                output = EngineCoreOutput(
+                    request_id=rid,
+                    new_token_ids=[token],
+                    stop_reason=request.stop_reason,
+                    trace_headers=request.trace_headers,
+                )
             outputs[request.client_index].append(output)
         self._finish(batch, tokens, stopped, runner, outputs)
 
@@ -538,24 +553,4 @@ def _fast_entry(request: Request, max_model_len: int) -> _Fast:
         request._all_token_ids,
         stops,
         cap,
-    )
-
-
-def _decode_output(request: Request, rid: str, token: int, block_size: int) -> EngineCoreOutput:
-    """:meth:`Scheduler._emit` of a token that does not stop its request, without logprobs."""
-    prefill_stats = request.prefill_stats
-    if prefill_stats is not None:
-        request.prefill_stats = None
-        computed = min(request.num_computed_tokens, request.num_prompt_tokens)
-        prefill_stats.finalize(computed // block_size * block_size)
-    events = request.events
-    if events:
-        request.events = []
-    return EngineCoreOutput(
-        request_id=rid,
-        new_token_ids=[token],
-        stop_reason=request.stop_reason,
-        events=events or None,
-        prefill_stats=prefill_stats,
-        trace_headers=request.trace_headers,
     )
