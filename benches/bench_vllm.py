@@ -1,8 +1,9 @@
 """One vLLM step: vLLM 0.33's own scheduler against ``chunked_prefill.vllm.Scheduler``.
 
 Run ``pytest benches/bench_vllm.py --benchmark-group-by=group --benchmark-columns=min,median``
-in a venv with vLLM, or ``python benches/bench_vllm.py [STEPS]`` for the table of
-docs/performance.md (``--profile`` adds where the adapter's time goes, by cProfile).
+in a venv with vLLM, or ``python benches/bench_vllm.py [STEPS] [--sequential] [--no-stats]``
+for the table of docs/performance.md (the two schedulers alternate step by step unless
+``--sequential``; ``--profile`` prints where the adapter's time goes, by cProfile).
 
 The workload is the issue's: 256 decoding requests and 1 000 waiting 2 000-token prompts that
 share a 1 000-token prefix; block 16, prefix caching on, ``max_num_batched_tokens`` 2048,
@@ -266,9 +267,15 @@ def test_vllm_step(benchmark: Any, scheduler_name: str) -> None:
 # --- the table for docs/performance.md --------------------------------------------------
 
 
-def measure(steps: int, log_stats: bool = True) -> dict[str, list[StepTimes]]:
-    """``steps`` steps of each scheduler, alternating (a load on the machine hits both)."""
+def measure(
+    steps: int, log_stats: bool = True, alternate: bool = True
+) -> dict[str, list[StepTimes]]:
+    """``steps`` steps of each scheduler: alternating step by step (a load on the machine hits
+    both, and each step starts with caches the other one filled, as after a forward pass), or
+    one scheduler after the other (warm caches)."""
     schedulers = {name: prepared(cls, FULL, log_stats) for name, cls in _classes().items()}
+    if not alternate:
+        return {name: [step(s) for _ in range(steps)] for name, s in schedulers.items()}
     times: dict[str, list[StepTimes]] = {name: [] for name in schedulers}
     for _ in range(steps):
         for name, scheduler in schedulers.items():
@@ -280,9 +287,9 @@ def _ms(values: list[float]) -> str:
     return f"{statistics.median(values) * 1e3:.3f}"
 
 
-def table(steps: int, log_stats: bool = True) -> str:
+def table(steps: int, log_stats: bool = True, alternate: bool = True) -> str:
     """Median CPU ms per step of both schedulers over ``steps`` consecutive steps."""
-    times = measure(steps, log_stats)
+    times = measure(steps, log_stats, alternate)
     lines = [
         "| scheduler | schedule() | update_from_output() | step | tokens/step | requests/step |",
         "|---|---|---|---|---|---|",
@@ -318,7 +325,8 @@ def main(argv: list[str]) -> None:
     if "--profile" in argv:
         profile(steps)
         return
-    print(table(steps, log_stats="--no-stats" not in argv))
+    alternate = "--sequential" not in argv
+    print(table(steps, log_stats="--no-stats" not in argv, alternate=alternate))
 
 
 if __name__ == "__main__":
