@@ -80,6 +80,10 @@ class Scheduler(SchedulerInterface):
         self.requests: dict[str, Request] = {}
         self._core_ids: dict[str, int] = {}
         self._by_core: dict[int, Request] = {}
+        self._fast: dict[int, _Fast] = {}  # what update_from_output reads per token
+        # vLLM's engine hashes a request's blocks with these (its block hasher's early exit).
+        self._hash_block_size = hash_block_size
+        self._hash_lookahead = int(getattr(vllm_config, "num_hash_lookahead_tokens", 0) or 0)
         self._next_id = itertools.count()
         self.finished_req_ids: set[str] = set()
         self.finished_req_ids_dict: dict[int, set[str]] | None = (
@@ -128,6 +132,7 @@ class Scheduler(SchedulerInterface):
             return
         self._core_ids[request.request_id] = core_id
         self._by_core[core_id] = request
+        self._fast[core_id] = _fast_entry(request, self.max_model_len)
 
     def _refuse(self, request: Request, status: RequestStatus, why: str) -> None:
         logger.error("%s %s (request %s)", PREFIX, why, request.request_id)
@@ -166,6 +171,7 @@ class Scheduler(SchedulerInterface):
         core_id = self._core_ids.pop(rid, None)
         if core_id is not None:
             del self._by_core[core_id]
+            del self._fast[core_id]
         self.finished_req_ids.add(rid)
         if self.finished_req_ids_dict is not None:
             self.finished_req_ids_dict[request.client_index].add(rid)
@@ -209,29 +215,31 @@ class Scheduler(SchedulerInterface):
         prev = self._prev_scheduled
         new_reqs: list[NewRequestData] = []
         cached = CachedRequestData.make_empty()
+        req_ids, new_block_ids = cached.req_ids, cached.new_block_ids
+        num_computed, num_output = cached.num_computed_tokens, cached.num_output_tokens
         num_scheduled: dict[str, int] = {}
-        by_core = self._by_core
-        for item in batch.items:
-            request = by_core[item.request_id]
-            rid = request.request_id
-            num_scheduled[rid] = item.tokens
+        fast = self._fast
+        columns = zip(batch.items, batch.request_ids, batch.starts, batch.token_counts)
+        for item, core_id, start, tokens in columns:
+            rid, request, out, _, _, _ = fast[core_id]
+            num_scheduled[rid] = tokens
             blocks = item.new_blocks
             table = ([b + 1 for b in blocks],) if blocks else None
             status = request.status
-            if status != _RUNNING:
+            if status is not _RUNNING:
                 self._start_running(request, item)
                 if status == _WAITING or v2:
                     new_reqs.append(self._new_request_data(request, table or ([],), v2))
-                    request.num_computed_tokens = item.start + item.tokens
+                    request.num_computed_tokens = start + tokens
                     continue
                 cached.resumed_req_ids.add(rid)
-            cached.req_ids.append(rid)
-            cached.new_block_ids.append(table)
-            cached.num_computed_tokens.append(item.start)
-            cached.num_output_tokens.append(request.num_output_tokens)
+            req_ids.append(rid)
+            new_block_ids.append(table)
+            num_computed.append(start)
+            num_output.append(len(out))
             if not v2 and rid not in prev:
                 cached.all_token_ids[rid] = list(request.all_token_ids)
-            request.num_computed_tokens = item.start + item.tokens
+            request.num_computed_tokens = start + tokens
         if not v2:
             self._prev_scheduled = set(num_scheduled)
         return SchedulerOutput(
@@ -303,25 +311,70 @@ class Scheduler(SchedulerInterface):
         runner: Any,
         outputs: dict[int, list[EngineCoreOutput]],
     ) -> None:
-        """Append the sampled tokens, stop by vLLM's rules, then tell the core."""
+        """Append the sampled tokens, stop by vLLM's rules, then tell the core.
+
+        Per token this does what ``Request.append_output_token_ids``, ``check_stop`` and
+        :meth:`_emit` do, without their calls where they would do nothing: the block hasher
+        only when a block fills, ``check_stop`` only when the token or the length may stop,
+        :meth:`_emit` only for logprobs, prompt logprobs or a stop."""
         sampled = runner.sampled_token_ids
+        if not sampled:
+            self._finish(batch, {}, [], runner, outputs)
+            return
         index = runner.req_id_to_index
+        slow_emit = bool(runner.prompt_logprobs_dict) or runner.logprobs is not None
+        fast = self._fast
+        hash_size, lookahead = self._hash_block_size, self._hash_lookahead
+        hash_every = hash_size or 1
         tokens: dict[int, int] = {}
-        stopped: list[Request] = []
-        for rid in scheduler_output.num_scheduled_tokens:
-            request = self.requests.get(rid)
-            if request is None or request.is_finished():
+        stopped: list[int] = []
+        for core_id in batch.request_ids:
+            entry = fast.get(core_id)
+            if entry is None:
                 continue  # aborted while its step ran
-            new = sampled[index[rid]] if sampled else []
+            rid, request, out, all_ids, stops, cap = entry
+            new = sampled[index[rid]]
             if not new:
                 continue
-            request.append_output_token_ids(new[0])
-            tokens[self._core_ids[rid]] = new[0]
-            done = check_stop(request, self.max_model_len)
+            token = new[0]
+            out.append(token)
+            all_ids.append(token)
+            # The hasher hashes nothing before a block fills (block hashes are kept up to
+            # date at each token, so one fills at a multiple of the hash block size).
+            if (
+                (len(all_ids) - lookahead) % hash_every == 0
+                and request._block_hasher is not None
+                and (
+                    hash_size is None
+                    or len(all_ids) - lookahead >= (len(request.block_hashes) + 1) * hash_size
+                )
+            ):
+                request.update_block_hashes()
+            tokens[core_id] = token
+            done = (token in stops or len(out) >= cap) and check_stop(request, self.max_model_len)
             if done:
-                stopped.append(request)
-            outputs[request.client_index].append(self._emit(request, [new[0]], runner, done))
-        finished = [self._core_ids[r.request_id] for r in stopped]
+                stopped.append(core_id)
+                output = self._emit(request, [token], runner, done)
+            elif slow_emit or request.prefill_stats is not None or request.events:
+                output = self._emit(request, [token], runner, done)
+            else:  # the common decode: what _emit gives when it has nothing to take
+                output = EngineCoreOutput(
+                    request_id=rid,
+                    new_token_ids=[token],
+                    stop_reason=request.stop_reason,
+                    trace_headers=request.trace_headers,
+                )
+            outputs[request.client_index].append(output)
+        self._finish(batch, tokens, stopped, runner, outputs)
+
+    def _finish(
+        self,
+        batch: Batch,
+        tokens: dict[int, int],
+        finished: list[int],
+        runner: Any,
+        outputs: dict[int, list[EngineCoreOutput]],
+    ) -> None:
         for core_id in self.core.update(batch, token_ids=tokens, finished=finished):
             request = self._by_core[core_id]
             if not request.is_finished():  # the core's cap is vLLM's: this is a safety net
@@ -476,3 +529,28 @@ class Scheduler(SchedulerInterface):
         if self._recorder is not None:
             self._recorder.close()
             self._recorder = None
+
+
+# (request id, request, its output token list, its token list, the tokens that may stop it,
+# the output length at which its length may stop it)
+_Fast = tuple[str, Request, list[int], list[int], frozenset[Any], int]
+
+
+def _fast_entry(request: Request, max_model_len: int) -> _Fast:
+    """What :meth:`Scheduler._apply` reads per token. ``check_stop`` cannot stop a request
+    whose last token is none of ``stops`` while its output is shorter than ``cap`` (it
+    stops on EOS, a stop token, ``max_tokens`` or ``max_model_len`` tokens in all, or a
+    repetition, checked on every token when asked for: ``cap`` 0)."""
+    params = request.sampling_params
+    stops = frozenset((params.eos_token_id, *(params.stop_token_ids or ())))
+    cap = min(request.max_tokens, max_model_len - request.num_prompt_tokens)
+    if getattr(params, "repetition_detection", None) is not None:
+        cap = 0
+    return (
+        request.request_id,
+        request,
+        request._output_token_ids,
+        request._all_token_ids,
+        stops,
+        cap,
+    )
