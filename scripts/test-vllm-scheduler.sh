@@ -36,3 +36,11 @@ tar -xzf "$WORK/$SRC.tar.gz" -C "$WORK" "$SRC/pyproject.toml" "$SRC/tests/__init
 (cd "$WORK/$SRC" && HF_HOME="$WORK/hf" HF_HUB_OFFLINE=1 VLLM_TARGET_DEVICE=cpu \
     PYTHONPATH="$ROOT/tests/vllm_scheduler" "$VPY" -m pytest -q -p no:cacheprovider \
     -p adapter_plugin --timeout=300 tests/v1/core/test_scheduler.py)
+
+# In the same venv: the adapter against vLLM's scheduler on the fake runner (tests/), and the
+# benchmark against vLLM's scheduler, one round (figures: python benches/bench_vllm.py).
+"$VPY" -m pip install -q "numpy>=1.22" "rich>=13" "hypothesis>=6.100" "pytest-benchmark>=4"
+(cd tests && CHUNKED_PREFILL_REQUIRE_VLLM=1 VLLM_TARGET_DEVICE=cpu HYPOTHESIS_PROFILE=ci \
+    "$VPY" -m pytest -q -p no:cacheprovider --rootdir "$ROOT" "$ROOT/tests/test_vllm_adapter.py")
+(cd benches && VLLM_TARGET_DEVICE=cpu "$VPY" -m pytest -q -p no:cacheprovider --rootdir "$ROOT" \
+    "$ROOT/benches/bench_vllm.py" --benchmark-disable)

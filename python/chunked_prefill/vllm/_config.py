@@ -54,6 +54,16 @@ def check_supported(vllm_config: Any, kv_cache_config: Any) -> None:
             "long_prefill_token_threshold_adaptive=True",
             "the core's chunk is min(tokens left, chunk_size, budget left), a fixed rule",
         )
+    if not sched.enable_chunked_prefill:
+        raise refuse(
+            "enable_chunked_prefill=False",
+            "the core always chunks prompts longer than the step's budget left",
+        )
+    if getattr(sched, "prefill_schedule_interval", 1) > 1:
+        raise refuse(
+            f"prefill_schedule_interval={sched.prefill_schedule_interval}",
+            "the core admits prefills in every step (no prefill cadence)",
+        )
     if getattr(sched, "max_num_active_seqs", None) is not None:
         raise refuse("max_num_active_seqs", "the core limits running requests only")
     check_kv_groups(kv_cache_config)
@@ -97,7 +107,7 @@ def serving_config(
             "hybrid block sizes need several block tables",
         )
     budget = getattr(sched, "max_num_scheduled_tokens", None) or sched.max_num_batched_tokens
-    threshold = sched.long_prefill_token_threshold if sched.enable_chunked_prefill else 0
+    threshold = sched.long_prefill_token_threshold
     max_running = sched.max_num_seqs
     if max_running >= budget:
         # The core keeps one token of each step for prefill progress.
