@@ -58,6 +58,12 @@ def uses_transformers(code: str) -> bool:
     return "import torch" in code or "chunked_prefill import hf" in code
 
 
+def uses_vllm(code: str) -> bool:
+    """Whether an example runs inside vLLM (a model and vLLM's engine; tests/test_vllm_e2e.py
+    runs LLM(..., scheduler_cls=...) end to end)."""
+    return "from vllm" in code or "chunked_prefill.vllm" in code
+
+
 def needs_missing_matplotlib(code: str) -> bool:
     """Whether an example draws a plot where the plot extra is not installed."""
     if "matplotlib" not in code:
@@ -88,6 +94,8 @@ def test_readme_has_examples() -> None:
 def test_example_runs(page: str, index: int, code: str, in_scratch_dir: Path) -> None:
     if uses_transformers(code):
         pytest.skip("run by tests/test_hf.py, with the hf extra")
+    if uses_vllm(code):
+        pytest.skip("runs inside vLLM: tests/test_vllm_e2e.py does it end to end")
     if needs_missing_matplotlib(code):
         pytest.skip("needs the plot extra: pip install '.[plot]'")
     exec(compile(code, f"{page} example {index}", "exec"), {"__name__": "__readme__"})
@@ -97,7 +105,7 @@ def test_examples_pass_mypy_strict(tmp_path: Path) -> None:
     pytest.importorskip("mypy")
     files = []
     for page, index, code in examples():
-        if uses_transformers(code) or needs_missing_matplotlib(code):
+        if uses_transformers(code) or uses_vllm(code) or needs_missing_matplotlib(code):
             continue
         path = tmp_path / f"{page.replace('/', '_').replace('.', '_')}_{index}.py"
         path.write_text(code, encoding="utf-8")
