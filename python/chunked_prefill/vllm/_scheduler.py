@@ -543,7 +543,7 @@ def _fast_entry(request: Request, max_model_len: int) -> _Fast:
     repetition, checked on every token when asked for: ``cap`` 0)."""
     params = request.sampling_params
     stops = frozenset((params.eos_token_id, *(params.stop_token_ids or ())))
-    cap = min(request.max_tokens, max_model_len - request.num_prompt_tokens)
+    cap = max_new_tokens(request, max_model_len)  # the core's cap too
     if getattr(params, "repetition_detection", None) is not None:
         cap = 0
     return (
