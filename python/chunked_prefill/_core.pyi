@@ -395,7 +395,7 @@ def simulate_serving(
     """Run the serving simulation loop of the core (``chunked_prefill.sim.serving``).
 
     Arrays are little-endian 8-byte values (``numpy.ndarray.tobytes()``); the records come
-    back as bytes for ``numpy.frombuffer`` and ints/floats. ``roofline`` (the 12
+    back as bytes for ``numpy.frombuffer`` and ints/floats. ``roofline`` (the 17
     coefficients of ``chunked_prefill.sim.roofline.COEFFICIENTS``) replaces the linear
     ``engine`` by the roofline model.
 

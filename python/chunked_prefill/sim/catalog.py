@@ -21,6 +21,7 @@ from ._check import path, real, show
 from ._files import read_json_object, read_profile_bytes
 from ._json import Number, exact, whole
 from .engine import DEFAULT_GPU_MEMORY_UTILIZATION, GIB, KVMemory
+from .software import DEFAULT_ATTENTION_BACKEND, DEFAULT_SERVING_ENGINE
 
 if TYPE_CHECKING:
     from .roofline import RooflineModel
@@ -85,6 +86,13 @@ class ModelSpec:
     tie_word_embeddings: bool = False
     source: str = ""
     """Where the figures come from."""
+    weight_dtype: str = "bfloat16"
+    """The decoder layers' weights: bfloat16, float16, float32 or fp8."""
+
+    @property
+    def weight_dtype_bytes(self) -> int:
+        """Bytes per decoder-layer weight."""
+        return 1 if self.weight_dtype == "fp8" else _DTYPE_BYTES[self.weight_dtype]
 
     @property
     def is_moe(self) -> bool:
@@ -200,21 +208,35 @@ class GpuSpec:
     link_bandwidth: float
     """Tensor-parallel interconnect bandwidth per GPU and direction, bytes/s (NVLink, or
     PCIe where there is none)."""
-    gemm_efficiency: float = 0.65
-    """Achieved fraction of ``peak_flops`` in the linear layers' GEMMs."""
-    attention_efficiency: float = 0.65
-    """Achieved fraction of ``peak_flops`` in prefill attention (FlashAttention)."""
+    gemm_efficiency: float = 0.675
+    """Achieved fraction of ``peak_flops`` in the linear layers at many tokens (their
+    elementwise kernels included); at ``N`` tokens it is ``gemm_efficiency * N / (N +
+    gemm_half_tokens)``."""
+    gemm_half_tokens: float = 64.0
+    """Tokens per GPU at which the linear layers reach half of ``gemm_efficiency`` (tiles
+    padded at few tokens)."""
+    attention_efficiency: float = 0.55
+    """Achieved fraction of ``peak_flops`` in prefill attention (FlashAttention, causal)."""
     chunk_attention_efficiency: float = 0.26
     """The fraction of ``peak_flops`` at which a chunk's attention among its own tokens is
-    charged again (a cost per squared chunk token, seen in Vidur's profiles)."""
+    charged again (a cost per squared chunk token, seen in Vidur's profiles; only with the
+    ``vidur`` attention backend)."""
     hbm_efficiency: float = 0.85
-    """Achieved fraction of ``hbm_bandwidth`` reading weights and KV."""
+    """Achieved fraction of ``hbm_bandwidth`` reading the KV cache (decode attention)."""
+    weight_read_efficiency: float = 0.74
+    """Achieved fraction of ``hbm_bandwidth`` reading the weights at few tokens (the GEMVs
+    of a decode step)."""
     link_efficiency: float = 0.80
     """Achieved fraction of ``link_bandwidth`` (NCCL bus bandwidth / link bandwidth)."""
-    allreduce_latency_s: float = 10e-6
+    allreduce_latency_s: float = 25e-6
     """Fixed cost of one all-reduce call."""
-    step_overhead_s: float = 2.2e-3
-    """Fixed cost per step: launches, sampling, scheduling."""
+    layer_overhead_s: float = 26e-6
+    """Fixed GPU time per decoder layer and step: its small kernels (norms, rotary
+    embedding, activation, residual adds) at one token."""
+    step_overhead_s: float = 0.0
+    """Any other fixed GPU time per step."""
+    fp8_peak_flops: float = 0.0
+    """Dense FP8 tensor-core FLOP/s (0: no FP8 tensor cores)."""
     activation_reserve_bytes: int = 2 * GIB
     """Memory kept back for activations (as the simulator's Llama-2-7B presets)."""
     source: str = ""
@@ -320,7 +342,6 @@ GPUS: dict[str, GpuSpec] = {
         hbm_bandwidth=3.35e12,
         memory_bytes=80 * GIB,
         link_bandwidth=450e9,
-        step_overhead_s=1.0e-3,
         source=_NVIDIA.format("h100") + " (SXM: 989 TFLOP/s bf16 dense, 3.35 TB/s,"
         " NVLink 900 GB/s = 450 GB/s per direction)",
     ),
@@ -330,7 +351,6 @@ GPUS: dict[str, GpuSpec] = {
         hbm_bandwidth=4.8e12,
         memory_bytes=141_000_000_000,
         link_bandwidth=450e9,
-        step_overhead_s=1.0e-3,
         source=_NVIDIA.format("h200") + " (SXM: 989 TFLOP/s bf16 dense, 141 GB at 4.8 TB/s,"
         " NVLink 900 GB/s = 450 GB/s per direction)",
     ),
@@ -498,7 +518,7 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
         dtype_bytes=_dtype(name, table),
         tie_word_embeddings=tied,
         source=name,
-        **counts,
+        **counts,  # type: ignore[arg-type]
     )
 
 
@@ -653,13 +673,17 @@ def engine_for(
     tp: int = 1,
     *,
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    serving_engine: str = DEFAULT_SERVING_ENGINE,
+    attention_backend: str = DEFAULT_ATTENTION_BACKEND,
     **overrides: Any,
 ) -> tuple[RooflineModel, KVMemory]:
     """The step-time model and KV memory of ``model`` on ``tp`` GPUs of type ``gpu``.
 
     ``model`` is a :data:`MODELS` name, a ``config.json`` path or a :class:`ModelSpec`;
     ``gpu`` a :data:`GPUS` name, a GPU profile path or a :class:`GpuSpec`; ``overrides``
-    replace :class:`GpuSpec` fields (``peak_flops=...``, ``hbm_efficiency=...``). Returns
+    replace :class:`GpuSpec` fields (``peak_flops=...``, ``hbm_efficiency=...``);
+    ``serving_engine`` and ``attention_backend`` name the software (:mod:`.software`:
+    the serving engine's CPU costs, how prefill attention is charged). Returns
     ``(RooflineModel, KVMemory)``: pass them to ``simulate_serving(..., engine=...,
     memory=...)``. Raises :class:`ModelConfigError` for an unknown name or a bad file, and
     :class:`EngineFitError` when the model does not split across ``tp`` GPUs or its weights
@@ -685,17 +709,21 @@ def engine_for(
     why = fits(spec, card, tp, gpu_memory_utilization)
     if why is not None:
         raise EngineFitError(why)
-    roofline = RooflineModel.build(spec, card, tp)
+    try:
+        roofline = RooflineModel.build(spec, card, tp, serving_engine, attention_backend)
+    except ValueError as err:  # an unknown software name
+        raise ModelConfigError(str(err)) from None
     _check_times(roofline)
     return roofline, kv_memory(spec, card, tp)
 
 
 _TIME_SOURCES = {
-    "overhead_s": "-step_overhead_s",
+    "overhead_s": "-layer_overhead_s",
+    "gemm_fixed_s": "peak_flops (--gpu-tflops) x gemm_efficiency",
     "token_s": "peak_flops (--gpu-tflops) x gemm_efficiency",
     "head_row_s": "peak_flops (--gpu-tflops) x gemm_efficiency",
-    "dense_read_s": "hbm_bandwidth (--gpu-hbm-tbs) x hbm_efficiency",
-    "expert_read_s": "hbm_bandwidth (--gpu-hbm-tbs) x hbm_efficiency",
+    "dense_read_s": "hbm_bandwidth (--gpu-hbm-tbs) x weight_read_efficiency",
+    "expert_read_s": "hbm_bandwidth (--gpu-hbm-tbs) x weight_read_efficiency",
     "pair_s": "peak_flops (--gpu-tflops) x attention_efficiency",
     "chunk_sq_s": "peak_flops (--gpu-tflops) x chunk_attention_efficiency",
     "kv_token_s": "hbm_bandwidth (--gpu-hbm-tbs) x hbm_efficiency",

@@ -29,12 +29,19 @@ from .catalog import (
 )
 from .engine import DEFAULT_GPU_MEMORY_UTILIZATION, GIB, KVMemory
 from .roofline import RooflineModel
+from .software import (
+    ATTENTION_BACKENDS,
+    DEFAULT_ATTENTION_BACKEND,
+    DEFAULT_SERVING_ENGINE,
+    SERVING_ENGINES,
+)
 
 __all__ = [
     "LINEAR_FLAGS",
     "REFERENCE_STEPS",
     "add_parser",
     "add_roofline_flags",
+    "add_software_flags",
     "engine_rows",
     "run",
 ]
@@ -93,6 +100,45 @@ def add_roofline_flags(p: argparse.ArgumentParser) -> None:
         ("--gpu-link-gbs", "TP link bandwidth per direction, GB/s"),
     ):
         g.add_argument(flag, type=positive, metavar="X", help=f"override the GPU's {unit}")
+    add_software_flags(g)
+
+
+def add_software_flags(g: Any) -> None:
+    """``--serving-engine`` and ``--attention-backend`` (the roofline's software terms)."""
+    g.add_argument(
+        "--serving-engine",
+        choices=list(SERVING_ENGINES),
+        metavar="NAME",
+        help="the serving engine whose CPU time each step adds: "
+        + ", ".join(SERVING_ENGINES)
+        + f" (default: {DEFAULT_SERVING_ENGINE}; none: GPU time only)",
+    )
+    g.add_argument(
+        "--attention-backend",
+        choices=list(ATTENTION_BACKENDS),
+        metavar="NAME",
+        help="how prefill attention is charged: "
+        + ", ".join(ATTENTION_BACKENDS)
+        + f" (default: {DEFAULT_ATTENTION_BACKEND})",
+    )
+
+
+def software_options(args: argparse.Namespace) -> dict[str, str]:
+    """``engine_for``'s software keywords from the flags (defaults where not given)."""
+    return {
+        "serving_engine": getattr(args, "serving_engine", None) or DEFAULT_SERVING_ENGINE,
+        "attention_backend": getattr(args, "attention_backend", None) or DEFAULT_ATTENTION_BACKEND,
+    }
+
+
+def software_flags(args: argparse.Namespace) -> tuple[str, ...]:
+    """The software flags given, to repeat in a ``simulate`` command line."""
+    out: tuple[str, ...] = ()
+    for flag in ("serving_engine", "attention_backend"):
+        value = getattr(args, flag, None)
+        if value is not None:
+            out += (f"--{flag.replace('_', '-')}", value)
+    return out
 
 
 _OVERRIDES = (
@@ -108,7 +154,12 @@ def roofline_from_args(
 ) -> tuple[RooflineModel, KVMemory] | None:
     """The roofline engine and KV memory ``--model``/``--gpu``/``--tp`` ask for (``None``
     without ``--model``). Raises :class:`UsageError` naming the flag."""
-    given = [f"--{k.replace('_', '-')}" for k in ("gpu", "tp") if getattr(args, k) is not None]
+    software = ("serving_engine", "attention_backend")
+    given = [
+        f"--{k.replace('_', '-')}"
+        for k in ("gpu", "tp", *software)
+        if getattr(args, k, None) is not None
+    ]
     given += [f"--{a.replace('_', '-')}" for a, _, _ in _OVERRIDES if getattr(args, a) is not None]
     if args.model is None:
         if given:
@@ -131,7 +182,13 @@ def roofline_from_args(
     if overrides:
         gpu = replace(gpu, name=f"{gpu.name} (overridden)", **overrides)
     try:
-        return engine_for(args.model, gpu, args.tp or 1, gpu_memory_utilization=utilization)
+        return engine_for(
+            args.model,
+            gpu,
+            args.tp or 1,
+            gpu_memory_utilization=utilization,
+            **software_options(args),
+        )
     except ModelConfigError as err:
         raise UsageError(f"argument --model: {err}") from None
     except (EngineFitError, EngineRangeError) as err:

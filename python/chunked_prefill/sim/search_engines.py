@@ -11,7 +11,7 @@ from .._args import UsageError, int_flag, list_of
 from .catalog import GPUS, MODELS, EngineFitError, EngineRangeError, ModelConfigError, engine_for
 from .cli import engine_from_args
 from .engine import DEFAULT_ENGINE, DEFAULT_GPU_MEMORY_UTILIZATION, MEMORY_PRESETS
-from .engines_cli import LINEAR_FLAGS
+from .engines_cli import LINEAR_FLAGS, add_software_flags, software_flags, software_options
 from .search_space import EngineSpec
 
 __all__ = ["add_roofline_lists", "engine_specs", "utilization"]
@@ -41,6 +41,7 @@ def add_roofline_lists(p: argparse.ArgumentParser) -> None:
         help="tensor-parallel degrees (GPUs per replica), a comma list; combinations that do"
         " not fit are left out (default: 1; needs --model)",
     )
+    add_software_flags(g)
 
 
 def utilization(args: argparse.Namespace) -> float:
@@ -53,9 +54,9 @@ def utilization(args: argparse.Namespace) -> float:
 def engine_specs(args: argparse.Namespace) -> list[EngineSpec]:
     """The engines the flags ask for, in flag order (GPUs slowest, then TP degrees)."""
     if args.model is None:
-        for flag in ("gpu", "tp"):
-            if getattr(args, flag) is not None:
-                raise UsageError(f"argument --{flag}: needs --model")
+        for flag in ("gpu", "tp", "serving_engine", "attention_backend"):
+            if getattr(args, flag, None) is not None:
+                raise UsageError(f"argument --{flag.replace('_', '-')}: needs --model")
         return _linear_specs(args)
     linear = [flag for flag, name in LINEAR_FLAGS if getattr(args, name, None) is not None]
     if linear:
@@ -80,14 +81,18 @@ def _roofline_specs(args: argparse.Namespace) -> list[EngineSpec]:
         for tp in dict.fromkeys(args.tp or [1]):
             try:
                 model, memory = engine_for(
-                    args.model, gpu, tp, gpu_memory_utilization=utilization(args)
+                    args.model,
+                    gpu,
+                    tp,
+                    gpu_memory_utilization=utilization(args),
+                    **software_options(args),
                 )
             except (ModelConfigError, EngineRangeError) as err:
                 raise UsageError(f"argument --model/--gpu: {err}") from None
             except EngineFitError as err:
                 unfit.append(f"{gpu} at TP {tp}: {err}")
                 continue
-            flags = ("--model", args.model, "--gpu", gpu, "--tp", str(tp))
+            flags = ("--model", args.model, "--gpu", gpu, "--tp", str(tp), *software_flags(args))
             specs.append(EngineSpec(model, memory, tp, flags))
     if not specs:
         raise UsageError(f"arguments --model/--gpu/--tp: no combination fits ({unfit[0]})")

@@ -271,6 +271,8 @@ fn roofline_step_time_is_the_python_formula() {
     let r = Roofline {
         overhead_s: 2.2e-3,
         token_s: 64e-6,
+        gemm_fixed_s: 4e-3,
+        expert_fixed_s: 0.0,
         head_row_s: 1.3e-6,
         dense_read_s: 7.6e-3,
         expert_read_s: 0.0,
@@ -281,6 +283,9 @@ fn roofline_step_time_is_the_python_formula() {
         kv_token_s: 0.3e-6,
         allreduce_call_s: 6.4e-4,
         allreduce_token_s: 1e-7,
+        launch_s: 1e-3,
+        cpu_step_s: 3e-4,
+        seq_s: 5e-5,
     };
     let decode = StepShape {
         decode_tokens: 4,
@@ -288,12 +293,13 @@ fn roofline_step_time_is_the_python_formula() {
         ..StepShape::default()
     };
     // Weight reads dominate a small decode step.
-    let want = 2.2e-3 + 7.6e-3 + 0.3e-6 * 4000.0 + (6.4e-4 + 1e-7 * 4.0);
+    let want = 2.2e-3 + 7.6e-3 + 0.3e-6 * 4000.0 + (6.4e-4 + 1e-7 * 4.0) + 3e-4 + 5e-5 * 4.0;
     let mut got = 2.2e-3 + 7.6e-3;
     got += 2.6e-9 * 0.0;
     got += 1e-4 * 0.0;
     got += 0.3e-6 * 4000.0;
     got += 6.4e-4 + 1e-7 * 4.0;
+    got += 3e-4 + 5e-5 * 4.0;
     assert_eq!(r.step_time(&decode), got);
     assert!((r.step_time(&decode) - want).abs() < 1e-15);
     let prefill = StepShape {
@@ -303,11 +309,13 @@ fn roofline_step_time_is_the_python_formula() {
         prefill_chunk_sq: 262_144,
         ..StepShape::default()
     };
-    let mut t = 2.2e-3 + (64e-6 * 512.0 + 1.3e-6 * 1.0);
+    // A prefill step is compute-bound: the GEMMs' fixed part counts, one sequence's CPU too.
+    let mut t = 2.2e-3 + (64e-6 * 512.0 + 4e-3 + 1.3e-6 * 1.0);
     t += 2.6e-9 * 131_328.0;
     t += 1e-9 * 262_144.0;
     t += 0.3e-6 * 0.0;
     t += 6.4e-4 + 1e-7 * 512.0;
+    t += 3e-4 + 5e-5 * 1.0;
     assert_eq!(r.step_time(&prefill), t);
     assert_eq!(StepModel::Roofline(r).step_time(&prefill), t);
 }

@@ -236,13 +236,13 @@ fn step_model(
     }))
 }
 
-/// The roofline of its 12 coefficients, in the order of Python's `roofline.COEFFICIENTS`.
+/// The roofline of its 17 coefficients, in the order of Python's `roofline.COEFFICIENTS`.
 fn roofline_of(c: &[f64]) -> PyResult<Roofline> {
-    let &[overhead_s, token_s, head_row_s, dense_read_s, expert_read_s, experts, expert_miss, pair_s, chunk_sq_s, kv_token_s, allreduce_call_s, allreduce_token_s] =
+    let &[overhead_s, token_s, gemm_fixed_s, expert_fixed_s, head_row_s, dense_read_s, expert_read_s, experts, expert_miss, pair_s, chunk_sq_s, kv_token_s, allreduce_call_s, allreduce_token_s, launch_s, cpu_step_s, seq_s] =
         c
     else {
         return Err(PyValueError::new_err(format!(
-            "roofline must hold 12 coefficients, got {}",
+            "roofline must hold 17 coefficients, got {}",
             c.len()
         )));
     };
@@ -254,6 +254,8 @@ fn roofline_of(c: &[f64]) -> PyResult<Roofline> {
     Ok(Roofline {
         overhead_s,
         token_s,
+        gemm_fixed_s,
+        expert_fixed_s,
         head_row_s,
         dense_read_s,
         expert_read_s,
@@ -264,6 +266,9 @@ fn roofline_of(c: &[f64]) -> PyResult<Roofline> {
         kv_token_s,
         allreduce_call_s,
         allreduce_token_s,
+        launch_s,
+        cpu_step_s,
+        seq_s,
     })
 }
 

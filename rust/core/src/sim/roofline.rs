@@ -10,10 +10,15 @@ use super::engine::StepShape;
 /// The coefficients of the roofline model of one model on one tensor-parallel group of GPUs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Roofline {
-    /// Fixed cost per step.
+    /// The GPU's fixed time per step (each layer's small kernels).
     pub overhead_s: f64,
-    /// Linear-layer GEMM time per token.
+    /// Linear-layer GEMM time per token, at the GEMMs' full efficiency.
     pub token_s: f64,
+    /// What the GEMMs' lower efficiency at few tokens adds to the compute branch: their time
+    /// is `token_s * (N + half)`, `half` the token count at which they reach half of it.
+    pub gemm_fixed_s: f64,
+    /// The same for each expert a MoE step touches (each expert's GEMM pads its own tokens).
+    pub expert_fixed_s: f64,
     /// LM-head GEMM time per sampled row (one per decode token and per prefill chunk).
     pub head_row_s: f64,
     /// Time to read the weights every step reads (all but the experts).
@@ -35,6 +40,15 @@ pub struct Roofline {
     pub allreduce_call_s: f64,
     /// All-reduce transfer time per token of the step.
     pub allreduce_token_s: f64,
+    /// The CPU time to launch the step's kernels one by one (eager mode): the step lasts at
+    /// least this long, as the GPU waits for the launches when its kernels are shorter.
+    pub launch_s: f64,
+    /// The serving engine's CPU time per step that does not overlap the GPU (scheduling,
+    /// input preparation, output processing).
+    pub cpu_step_s: f64,
+    /// The serving engine's CPU time per sequence of the step (one per decode and per
+    /// prefill chunk).
+    pub seq_s: f64,
 }
 
 /// `base` to the power `n` by repeated squaring (as Python's `pow_int`: a libm `pow` might
@@ -61,22 +75,32 @@ impl Roofline {
         self.experts * (1.0 - pow_int(self.expert_miss, tokens))
     }
 
+    /// `max(GPU time, kernel launches) + CPU per step + CPU per sequence`, the GPU time
     /// `overhead + max(compute, weight reads) + prefill attention + chunks + decode KV reads
     /// + all-reduces`, as `RooflineModel.step_time` in Python.
     #[must_use]
     pub fn step_time(&self, shape: &StepShape) -> f64 {
         let n = u128::from(shape.prefill_tokens) + u128::from(shape.decode_tokens);
         let rows = u128::from(shape.decode_tokens) + u128::from(shape.prefill_chunks);
-        let compute = self.token_s * n as f64 + self.head_row_s * rows as f64;
+        let mut compute =
+            self.token_s * n as f64 + self.gemm_fixed_s + self.head_row_s * rows as f64;
         let mut memory = self.dense_read_s;
         if self.experts > 0.0 {
-            memory += self.expert_read_s * self.experts_touched(n);
+            let touched = self.experts_touched(n);
+            compute += self.expert_fixed_s * touched;
+            memory += self.expert_read_s * touched;
         }
-        let mut t = self.overhead_s + if compute > memory { compute } else { memory };
-        t += self.pair_s * shape.attention_pairs as f64;
-        t += self.chunk_sq_s * shape.prefill_chunk_sq as f64;
-        t += self.kv_token_s * shape.decode_context_tokens as f64;
-        t += self.allreduce_call_s + self.allreduce_token_s * n as f64;
+        let mut gpu = self.overhead_s + if compute > memory { compute } else { memory };
+        gpu += self.pair_s * shape.attention_pairs as f64;
+        gpu += self.chunk_sq_s * shape.prefill_chunk_sq as f64;
+        gpu += self.kv_token_s * shape.decode_context_tokens as f64;
+        gpu += self.allreduce_call_s + self.allreduce_token_s * n as f64;
+        let mut t = if gpu > self.launch_s {
+            gpu
+        } else {
+            self.launch_s
+        };
+        t += self.cpu_step_s + self.seq_s * rows as f64;
         t
     }
 }
@@ -97,6 +121,8 @@ mod tests {
         let r = Roofline {
             overhead_s: 0.0,
             token_s: 0.0,
+            gemm_fixed_s: 0.0,
+            expert_fixed_s: 0.0,
             head_row_s: 0.0,
             dense_read_s: 1.0,
             expert_read_s: 1.0,
@@ -107,6 +133,9 @@ mod tests {
             kv_token_s: 0.0,
             allreduce_call_s: 0.0,
             allreduce_token_s: 0.0,
+            launch_s: 0.0,
+            cpu_step_s: 0.0,
+            seq_s: 0.0,
         };
         assert_eq!(r.experts_touched(1), 2.0);
         assert_eq!(r.experts_touched(100_000), 8.0);
@@ -115,5 +144,36 @@ mod tests {
             ..StepShape::default()
         };
         assert_eq!(r.step_time(&one), 3.0);
+    }
+
+    #[test]
+    fn launches_bound_a_short_step_and_cpu_adds() {
+        let r = Roofline {
+            overhead_s: 1.0,
+            token_s: 0.0,
+            gemm_fixed_s: 0.0,
+            expert_fixed_s: 0.0,
+            head_row_s: 0.0,
+            dense_read_s: 2.0,
+            expert_read_s: 0.0,
+            experts: 0.0,
+            expert_miss: 0.0,
+            pair_s: 0.0,
+            chunk_sq_s: 0.0,
+            kv_token_s: 0.0,
+            allreduce_call_s: 0.0,
+            allreduce_token_s: 0.0,
+            launch_s: 5.0,
+            cpu_step_s: 0.5,
+            seq_s: 0.25,
+        };
+        let two = StepShape {
+            decode_tokens: 2,
+            ..StepShape::default()
+        };
+        // The GPU's 3 s hide behind 5 s of launches; the CPU adds 0.5 + 2 x 0.25.
+        assert_eq!(r.step_time(&two), 6.0);
+        let fast = Roofline { launch_s: 0.0, ..r };
+        assert_eq!(fast.step_time(&two), 4.0);
     }
 }
