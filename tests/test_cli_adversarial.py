@@ -171,13 +171,13 @@ def test_a_config_json_with_head_dim_needs_no_divisible_hidden_size(tmp_path: Pa
     [
         (
             ["--gpu-tflops", "1e-300"],
-            "the roofline's token_s is 2.15e+298 s, above 3600 s: peak_flops (--gpu-tflops) x"
+            "the roofline's token_s is 2.07e+298 s, above 3600 s: peak_flops (--gpu-tflops) x"
             " gemm_efficiency is too low for this model",
         ),
         (
             ["--gpu-hbm-tbs", "1e-20"],
-            "the roofline's dense_read_s is 1.77e+18 s, above 3600 s: hbm_bandwidth"
-            " (--gpu-hbm-tbs) x hbm_efficiency is too low for this model",
+            "the roofline's dense_read_s is 1.85e+18 s, above 3600 s: hbm_bandwidth"
+            " (--gpu-hbm-tbs) x weight_read_efficiency is too low for this model",
         ),
         (
             ["--tp", "2", "--gpu-link-gbs", "1e-20"],
@@ -201,7 +201,7 @@ def test_a_gpu_profile_with_an_hour_long_step_is_refused(tmp_path: Path) -> None
         engine_for("llama-3.1-8b", profile)
     assert str(info.value) == (
         "llama-3.1-8b on h100-sxm (slow.toml): the roofline's overhead_s is 1e+29 s, above"
-        " 3600 s: lower the GPU's step_overhead_s"
+        " 3600 s: lower the GPU's step_overhead_s or layer_overhead_s"
     )
 
 

@@ -70,39 +70,95 @@ HEAD_8B = 128256 * 4096  # 525 336 576
 
 def test_dense_roofline_terms_by_hand() -> None:
     engine, _ = engine_for("llama-3.1-8b", "a100-80gb", 1)
-    flops = 312e12 * 0.65
-    bandwidth = 2.039e12 * 0.85
-    assert engine.token_s == pytest.approx(2 * 32 * (ATTN_8B + MLP_8B) / flops, rel=1e-12)
+    flops = 312e12 * 0.675
+    reads = 2.039e12 * 0.74  # weights
+    kv_reads = 2.039e12 * 0.85
+    token_s = 2 * 32 * (ATTN_8B + MLP_8B) / flops
+    assert engine.token_s == pytest.approx(token_s, rel=1e-12)
+    # The GEMMs' efficiency is 0.675 N / (N + 64): 64 tokens' worth of time more.
+    assert engine.gemm_fixed_s == pytest.approx(64 * token_s, rel=1e-12)
+    assert engine.expert_fixed_s == 0.0
     assert engine.head_row_s == pytest.approx(2 * HEAD_8B / flops, rel=1e-12)
     weights = 2 * (32 * (ATTN_8B + MLP_8B) + HEAD_8B)  # every weight read but the embedding
-    assert engine.dense_read_s == pytest.approx(weights / bandwidth, rel=1e-12)
-    assert engine.pair_s == pytest.approx(4 * 128 * 32 * 32 / (312e12 * 0.65), rel=1e-12)
-    assert engine.kv_token_s == pytest.approx(2 * 32 * 8 * 128 * 2 / bandwidth, rel=1e-12)
+    assert engine.dense_read_s == pytest.approx(weights / reads, rel=1e-12)
+    # FlashAttention (the default backend): pairs at 55 % of peak, no squared-chunk term.
+    assert engine.pair_s == pytest.approx(4 * 128 * 32 * 32 / (312e12 * 0.55), rel=1e-12)
+    assert engine.chunk_sq_s == 0.0
+    assert engine.kv_token_s == pytest.approx(2 * 32 * 8 * 128 * 2 / kv_reads, rel=1e-12)
     assert (engine.allreduce_call_s, engine.allreduce_token_s, engine.experts) == (0, 0, 0)
-    assert engine.overhead_s == 2.2e-3
-    # A decode step of 8 requests at 1 000 tokens of context reads the weights (8.7 ms).
+    # 32 layers' small kernels; vLLM's CPU (the default serving engine), CUDA graphs.
+    assert engine.overhead_s == pytest.approx(32 * 26e-6, rel=1e-12)
+    assert (engine.cpu_step_s, engine.seq_s, engine.launch_s) == (0.5e-3, 5e-6, 0.0)
+    # A decode step of 8 requests at 1 000 tokens of context reads the weights (11.9 ms).
     decode = engine.step_time(0, 8, 0, 8000)
-    assert decode == pytest.approx(2.2e-3 + weights / bandwidth + 8000 * 131072 / bandwidth)
-    assert 0.0114 < decode < 0.0115
-    # A 2 048-token chunk on an empty cache is bound by its FLOPs: 2 048 tokens + 1 LM-head
-    # row, and 2048 * 2049 / 2 attention pairs.
-    # The chunk's own 2048**2 squared tokens are charged again at 26 % of peak.
+    cpu = 0.5e-3 + 8 * 5e-6
+    assert decode == pytest.approx(32 * 26e-6 + weights / reads + 8000 * 131072 / kv_reads + cpu)
+    assert 0.0119 < decode < 0.0120
+    # A 2 048-token chunk on an empty cache is bound by its FLOPs: 2 048 + 64 tokens + 1
+    # LM-head row, and 2048 * 2049 / 2 attention pairs.
     pairs = 2048 * 2049 // 2
     prefill = engine.step_time(2048, 0, pairs, 0, 2048 * 2048, 1)
-    want = 2.2e-3 + (2048 * 2 * 32 * (ATTN_8B + MLP_8B) + 2 * HEAD_8B) / flops
-    want += pairs * 4 * 128 * 32 * 32 / flops
-    want += 2048 * 2048 * 4 * 128 * 32 * 32 / (312e12 * 0.26)
+    want = 32 * 26e-6 + (2048 + 64) * token_s + 2 * HEAD_8B / flops
+    want += pairs * 4 * 128 * 32 * 32 / (312e12 * 0.55)
+    want += 0.5e-3 + 5e-6
     assert prefill == pytest.approx(want, rel=1e-12)
     terms = engine.terms(2048, 0, pairs, 0, 2048 * 2048, 1)
     assert terms["linear_compute"] > terms["linear_memory"]
     assert sum(v for k, v in terms.items() if k != "linear_memory") == pytest.approx(prefill)
 
 
+def test_the_vidur_backend_charges_squared_chunks_and_none_drops_the_cpu() -> None:
+    engine, _ = engine_for(
+        "llama-3.1-8b", "a100-80gb", 1, serving_engine="none", attention_backend="vidur"
+    )
+    assert engine.pair_s == pytest.approx(4 * 128 * 32 * 32 / (312e12 * 0.65), rel=1e-12)
+    assert engine.chunk_sq_s == pytest.approx(4 * 128 * 32 * 32 / (312e12 * 0.26), rel=1e-12)
+    assert (engine.cpu_step_s, engine.seq_s, engine.launch_s) == (0.0, 0.0, 0.0)
+    flash, _ = engine_for("llama-3.1-8b", "a100-80gb", 1, serving_engine="none")
+    pairs = 512 * 513 // 2
+    extra = engine.step_time(512, 0, pairs, 0, 512 * 512, 1) - flash.step_time(
+        512, 0, pairs, 0, 512 * 512, 1
+    )
+    assert extra == pytest.approx(
+        pairs * (engine.pair_s - flash.pair_s) + 512 * 512 * engine.chunk_sq_s, rel=1e-9
+    )
+
+
+def test_eager_launches_bound_a_short_step() -> None:
+    spec = ModelSpec(
+        name="tiny",
+        num_hidden_layers=16,
+        hidden_size=2048,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        intermediate_size=8192,
+        vocab_size=128256,
+    )
+    graphs, _ = engine_for(spec, "h100-sxm", 1, serving_engine="vllm")
+    eager_engine, _ = engine_for(spec, "h100-sxm", 1, serving_engine="vllm-eager")
+    # 16 layers x 150 us of launches = 2.4 ms, longer than the GPU's 1.2 ms decode step.
+    assert eager_engine.launch_s == pytest.approx(16 * 150e-6)
+    step = (0, 1, 0, 100)
+    gpu = graphs.step_time(*step) - graphs.cpu_step_s - graphs.seq_s
+    assert gpu < eager_engine.launch_s
+    assert eager_engine.step_time(*step) == pytest.approx(
+        eager_engine.launch_s + eager_engine.cpu_step_s + eager_engine.seq_s
+    )
+
+
+def test_unknown_software_names_are_refused() -> None:
+    with pytest.raises(ModelConfigError, match=r"unknown serving engine 'vllm2': one of vllm,"):
+        engine_for("llama-3.1-8b", "a100-80gb", serving_engine="vllm2")
+    with pytest.raises(ModelConfigError, match=r"unknown attention backend 'xformers': one of"):
+        engine_for("llama-3.1-8b", "a100-80gb", attention_backend="xformers")
+
+
 def test_moe_reads_the_experts_its_tokens_route_to() -> None:
     engine, _ = engine_for("mixtral-8x7b", "h200", 1)
-    bandwidth = 4.8e12 * 0.85
+    reads = 4.8e12 * 0.81
     expert = 2 * 32 * MLP_8B  # one expert's weights in all 32 layers, bf16
-    assert engine.expert_read_s == pytest.approx(expert / bandwidth, rel=1e-12)
+    assert engine.expert_read_s == pytest.approx(expert / reads, rel=1e-12)
     assert (engine.experts, engine.expert_miss) == (8.0, 0.75)
     # Top-2 of 8: one token touches 2 experts, two tokens 8 * (1 - 0.75**2) = 3.5 expected,
     # and a large batch all 8.
@@ -111,13 +167,21 @@ def test_moe_reads_the_experts_its_tokens_route_to() -> None:
     # Dense part: attention (K/V 4096 x 1024), routers (4096 x 8) and the LM head.
     dense = 2 * (32 * (ATTN_8B + 4096 * 8) + 32000 * 4096)
     one = engine.step_time(0, 1, 0, 100)
+    kv = 100 * 2 * 32 * 8 * 128 * 2 / (4.8e12 * 0.85)
     assert one == pytest.approx(
-        1.0e-3 + (dense + 2 * expert) / bandwidth + 100 * 2 * 32 * 8 * 128 * 2 / bandwidth
+        32 * 26e-6 + (dense + 2 * expert) / reads + kv + 0.5e-3 + 5e-6, rel=1e-12
     )
-    # Active FLOPs per token: attention, 2 experts, the router.
-    flops = 989e12 * 0.65
+    # Active FLOPs per token: attention, 2 experts, the router; each touched expert's GEMMs
+    # pad to 64 tokens of their own.
+    flops = 989e12 * 0.675
     assert engine.token_s == pytest.approx(
         2 * 32 * (ATTN_8B + 2 * MLP_8B + 4096 * 8) / flops, rel=1e-12
+    )
+    assert engine.gemm_fixed_s == pytest.approx(64 * 2 * 32 * (ATTN_8B + 4096 * 8) / flops)
+    assert engine.expert_fixed_s == pytest.approx(64 * 2 * 32 * MLP_8B / flops, rel=1e-12)
+    terms = engine.terms(4096, 0, 4096 * 4097 // 2, 0, 4096 * 4096, 1)
+    assert terms["linear_compute"] == pytest.approx(
+        4096 * engine.token_s + engine.gemm_fixed_s + 8 * engine.expert_fixed_s + engine.head_row_s
     )
 
 
@@ -126,14 +190,14 @@ def test_tensor_parallel_splits_the_weights_and_adds_all_reduces() -> None:
     attn = (2 * 8192 * 8192 + 2 * 8192 * 1024) // 4
     mlp = 3 * 8192 * 28672 // 4
     head = 128256 * 8192 // 4
-    flops = 989e12 * 0.65
+    flops = 989e12 * 0.675
     assert engine.token_s == pytest.approx(2 * 80 * (attn + mlp) / flops, rel=1e-12)
     assert engine.dense_read_s == pytest.approx(
-        2 * (80 * (attn + mlp) + head) / (3.35e12 * 0.85), rel=1e-12
+        2 * (80 * (attn + mlp) + head) / (3.35e12 * 0.81), rel=1e-12
     )
     # Two all-reduces per layer, ring: 2 (tp - 1) / tp of a token's hidden state (8 192 x
-    # 2 bytes) over 450 GB/s x 0.8, plus 10 us per call.
-    assert engine.allreduce_call_s == pytest.approx(160 * 10e-6)
+    # 2 bytes) over 450 GB/s x 0.8, plus 25 us per call.
+    assert engine.allreduce_call_s == pytest.approx(160 * 25e-6)
     assert engine.allreduce_token_s == pytest.approx(160 * 1.5 * 8192 * 2 / 360e9, rel=1e-12)
     # Two of the eight K/V heads per GPU.
     assert memory.kv_heads == 2 and memory.bytes_per_token == 2 * 80 * 2 * 128 * 2
@@ -296,7 +360,8 @@ def test_a_gpu_profile_overrides_a_preset(tmp_path: Path) -> None:
 
 
 def test_llama2_7b_roofline_agrees_with_the_vidur_fitted_preset() -> None:
-    roof = RooflineModel.build(LLAMA_2_7B, GPUS["a100-80gb"], 1)
+    # GPU time only, with the kernel Vidur profiled: the like of Vidur's own prediction.
+    roof = RooflineModel.build(LLAMA_2_7B, GPUS["a100-80gb"], 1, "none", "vidur")
     cases = [
         (0, 1, 0, 1024, 0, 0),  # one decode
         (0, 64, 0, 64 * 1024, 0, 0),  # 64 decodes at 1k context
@@ -308,7 +373,7 @@ def test_llama2_7b_roofline_agrees_with_the_vidur_fitted_preset() -> None:
     # 2.7 ns, c_kv 0.31 us, 6.5 ns per squared chunk token.
     for shape in cases:
         linear = DEFAULT_ENGINE.step_time(*shape[:5])
-        assert roof.step_time(*shape) == pytest.approx(linear, rel=0.06), shape
+        assert roof.step_time(*shape) == pytest.approx(linear, rel=0.065), shape
 
 
 def test_the_example_llama2_config_gives_the_linear_presets_pool() -> None:

@@ -326,6 +326,10 @@ bfloat16, untied embeddings)."""
 
 _NVIDIA = "https://www.nvidia.com/en-us/data-center/{}/"
 
+HOPPER_WEIGHT_READ_EFFICIENCY = 0.81
+"""Vidur's H100 fit of Llama-2-7B (t_min 5.7 ms) less 32 layers' small kernels (0.83 ms)
+reads its 13.2 GB of weights at 2.71 TB/s, 0.81 of 3.35 TB/s (docs/engines.md)."""
+
 GPUS: dict[str, GpuSpec] = {
     "a100-80gb": GpuSpec(
         name="a100-80gb",
@@ -342,6 +346,7 @@ GPUS: dict[str, GpuSpec] = {
         hbm_bandwidth=3.35e12,
         memory_bytes=80 * GIB,
         link_bandwidth=450e9,
+        weight_read_efficiency=HOPPER_WEIGHT_READ_EFFICIENCY,
         source=_NVIDIA.format("h100") + " (SXM: 989 TFLOP/s bf16 dense, 3.35 TB/s,"
         " NVLink 900 GB/s = 450 GB/s per direction)",
     ),
@@ -351,6 +356,7 @@ GPUS: dict[str, GpuSpec] = {
         hbm_bandwidth=4.8e12,
         memory_bytes=141_000_000_000,
         link_bandwidth=450e9,
+        weight_read_efficiency=HOPPER_WEIGHT_READ_EFFICIENCY,
         source=_NVIDIA.format("h200") + " (SXM: 989 TFLOP/s bf16 dense, 141 GB at 4.8 TB/s,"
         " NVLink 900 GB/s = 450 GB/s per direction)",
     ),
@@ -718,9 +724,10 @@ def engine_for(
 
 
 _TIME_SOURCES = {
-    "overhead_s": "-layer_overhead_s",
-    "gemm_fixed_s": "peak_flops (--gpu-tflops) x gemm_efficiency",
+    "overhead_s": "-step_overhead_s or layer_overhead_s",
     "token_s": "peak_flops (--gpu-tflops) x gemm_efficiency",
+    "gemm_fixed_s": "peak_flops (--gpu-tflops) x gemm_efficiency",
+    "expert_fixed_s": "peak_flops (--gpu-tflops) x gemm_efficiency",
     "head_row_s": "peak_flops (--gpu-tflops) x gemm_efficiency",
     "dense_read_s": "hbm_bandwidth (--gpu-hbm-tbs) x weight_read_efficiency",
     "expert_read_s": "hbm_bandwidth (--gpu-hbm-tbs) x weight_read_efficiency",

@@ -279,8 +279,8 @@ StepTimeModel = Union[EngineModel, RooflineModel]
 
 
 def roofline_line(engine: RooflineModel, blocks: str | None = None) -> str:
-    """One line for ``simulate``'s setup: model, GPU, TP (``engine.name``), the pool, and
-    the main coefficients."""
+    """One line for ``simulate``'s setup: model, GPU, TP (``engine.name``), the pool, the
+    main coefficients and the software."""
     moe = f" + {engine.expert_read_s * 1e3:.3g} ms per expert touched" if engine.experts else ""
     comm = (
         f" + all-reduces {engine.allreduce_call_s * 1e3:.3g} ms +"
@@ -288,11 +288,15 @@ def roofline_line(engine: RooflineModel, blocks: str | None = None) -> str:
         if engine.allreduce_call_s or engine.allreduce_token_s
         else ""
     )
+    chunk = f" + {engine.chunk_sq_s * 1e9:.3g} ns/chunk token²" if engine.chunk_sq_s else ""
+    launches = f", at least {engine.launch_s * 1e3:.3g} ms of launches" if engine.launch_s else ""
     pool = f"; {blocks}" if blocks else ""
     return (
         f"{engine.name} (roofline{pool}): {engine.overhead_s * 1e3:.3g} ms +"
-        f" max({engine.token_s * 1e6:.3g} us/token, {engine.dense_read_s * 1e3:.3g} ms"
-        f" weight reads{moe}) + {engine.pair_s * 1e9:.3g} ns/(q,k) pair +"
-        f" {engine.chunk_sq_s * 1e9:.3g} ns/chunk token² + {engine.kv_token_s * 1e6:.3g}"
-        f" us/context token{comm}"
+        f" max({engine.token_s * 1e6:.3g} us/token + {engine.gemm_fixed_s * 1e3:.3g} ms,"
+        f" {engine.dense_read_s * 1e3:.3g} ms weight reads{moe}) +"
+        f" {engine.pair_s * 1e9:.3g} ns/(q,k) pair{chunk} + {engine.kv_token_s * 1e6:.3g}"
+        f" us/context token{comm}{launches}; CPU ({engine.serving_engine})"
+        f" {engine.cpu_step_s * 1e3:.3g} ms + {engine.seq_s * 1e6:.3g} us/sequence;"
+        f" {engine.attention_backend} attention"
     )
