@@ -36,9 +36,12 @@ from .workload import TraceError, _parse_int, _show, read_text
 __all__ = [
     "COLUMNS",
     "MAX_THRESHOLDS",
+    "POOR_P50",
+    "POOR_P90",
     "FitResult",
     "Steps",
     "fit_steps",
+    "fit_warnings",
     "profile_text",
     "read_steps_csv",
     "write_steps_csv",
@@ -200,6 +203,45 @@ def _optional(path: str, line: int, row: dict[str, str], col: str) -> float:
     return float(_parse_int(path, line, col, row[col], low=0, high=_COUNT_MAX, what=_COUNT))
 
 
+POOR_P50 = 0.10
+"""A fit whose per-step relative error has a median above this is reported as poor."""
+POOR_P90 = 0.25
+"""... or whose 90th percentile is above this."""
+
+LIKELY_CAUSES = (
+    "noisy timings (a shared or throttled machine), a cost the model does not have, or"
+    " steps of different engines or settings mixed in one file"
+)
+
+
+def fit_warnings(
+    p50: float, p90: float, unidentified: Iterable[tuple[str, str]], extra: Iterable[str] = ()
+) -> list[str]:
+    """The warnings of a fit: poor (per-step error p50 over :data:`POOR_P50` or p90 over
+    :data:`POOR_P90`), each term not identified as ``(name, why)``, then ``extra``."""
+    out = []
+    if p50 > POOR_P50 or p90 > POOR_P90:
+        out.append(
+            f"the fit is poor: per-step relative error p50 {100 * p50:.1f} %, p90"
+            f" {100 * p90:.1f} % (a good fit: p50 at most {100 * POOR_P50:g} %, p90 at most"
+            f" {100 * POOR_P90:g} %); likely causes: {LIKELY_CAUSES}"
+        )
+    out += [f"not identified: {name} ({why})" for name, why in unidentified]
+    out += list(extra)
+    return out
+
+
+_WHY = {
+    "t_min_s": "no step on the floor",
+    "c0_s": "every step on the floor",
+    "c_tok_s": "every step on the floor",
+    "c_attn_s": "no prefill steps",
+    "c_kv_s": "no decode steps",
+    "c_chunk_sq_s": "no prefill steps",
+}
+"""Why each linear coefficient can go unidentified (see :func:`_result`)."""
+
+
 @dataclass(frozen=True)
 class FitResult:
     """A fitted engine model and how well it predicts the steps it was fitted to."""
@@ -216,6 +258,12 @@ class FitResult:
     error_p90: float
     error_p99: float
     error_max: float
+
+    @property
+    def warnings(self) -> list[str]:
+        """What ``fit`` prints on stderr (:func:`fit_warnings`)."""
+        why = [(p, _WHY[p]) for p in self.unidentified]
+        return fit_warnings(self.error_p50, self.error_p90, why)
 
 
 def _nnls(x: Array, y: Array) -> Array:
