@@ -179,8 +179,8 @@ def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_read_steps_csv_reads_what_write_steps_csv_wrote(tmp_path: Path) -> None:
-    (r,) = simulate(default_workload(5), SimConfig(chunk_size=256), backend="pure",
-                    record_steps=True)  # fmt: skip
+    cfg = SimConfig(chunk_size=256, token_budget=512, max_prefills_per_step=4)
+    (r,) = simulate(default_workload(5), cfg, backend="pure", record_steps=True)
     assert r.step_log is not None
     path = tmp_path / "s.csv"
     write_steps_csv(r.step_log, path)
@@ -188,6 +188,9 @@ def test_read_steps_csv_reads_what_write_steps_csv_wrote(tmp_path: Path) -> None
     assert list(s.duration_s) == [x.duration_s for x in r.step_log]
     assert list(s.attention_pairs) == [x.attention_pairs for x in r.step_log]
     assert list(s.prefill_tokens) == [x.prefill_tokens for x in r.step_log]
+    assert s.prefill_chunks is not None
+    assert list(s.prefill_chunks) == [len(x.chunks) for x in r.step_log]
+    assert max(s.prefill_chunks) > 1  # steps of several chunks, not one per prefill step
 
 
 def test_cli_round_trip_with_steps_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

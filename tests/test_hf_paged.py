@@ -402,6 +402,7 @@ def test_steps_csv(model: Any, backend: ModuleType, tmp_path: Path) -> None:
             "decode_context_tokens",
             "duration_s",
             "prefill_chunk_sq",
+            "prefill_chunks",
         )
     )
     steps = engine.last_steps
@@ -416,6 +417,8 @@ def test_steps_csv(model: Any, backend: ModuleType, tmp_path: Path) -> None:
         assert float(row[4]) == s.duration_s > 0
         assert s.cpu_s >= 0
         assert int(row[5]) == s.prefill_chunk_sq <= s.prefill_tokens**2
+        assert int(row[6]) == s.prefill_chunks <= s.num_items
+        assert (s.prefill_chunks > 0) == (s.prefill_tokens > 0)
         assert s.prefill_tokens + s.decode_tokens <= 24
     assert sum(s.cpu_s for s in steps) > 0  # the engine's own thread ran the model
     assert sum(s.prefill_tokens for s in steps) == sum(map(len, prompts))

@@ -459,7 +459,7 @@ def test_subclass_options(model_dir: str, tmp_path: Path) -> None:
     scheduler.shutdown()
     assert (tmp_path / "steps.csv").read_text() == (
         "prefill_tokens,decode_tokens,attention_pairs,decode_context_tokens,duration_s,"
-        "prefill_chunk_sq\n"
+        "prefill_chunk_sq,prefill_chunks\n"
     )
 
 

@@ -27,6 +27,7 @@ STEP_COLUMNS = (
     "decode_context_tokens",
     "duration_s",
     "prefill_chunk_sq",
+    "prefill_chunks",
 )
 """The columns of ``PagedEngine.generate(steps_csv=...)``, in order."""
 
@@ -46,7 +47,9 @@ class StepRecord:
     ``cpu_s`` the CPU time of the engine's thread over the same span (below ``duration_s``
     when the thread waited: for a CPU on a busy machine, or for a GPU). ``step_index``,
     ``num_items`` and ``num_preempted`` identify the batch. ``prefill_chunk_sq``: the squares
-    of the prefill items' lengths, summed (the model's ``c_chunk_sq_s`` term).
+    of the prefill items' lengths, summed (the model's ``c_chunk_sq_s`` term);
+    ``prefill_chunks``: the number of prefill items (the roofline's LM-head rows and
+    per-sequence CPU time count one per chunk).
     """
 
     step_index: int
@@ -60,6 +63,7 @@ class StepRecord:
     scheduler_s: float
     cpu_s: float
     prefill_chunk_sq: int = 0
+    prefill_chunks: int = 0
 
     @classmethod
     def of_batch(
@@ -71,7 +75,7 @@ class StepRecord:
         cpu_s: float,
     ) -> StepRecord:
         """The record of ``batch``, counting the items in ``computed`` (the ones that ran)."""
-        prefill = decode = pairs = context = items = squares = 0
+        prefill = decode = pairs = context = items = squares = chunks = 0
         for item in computed:
             n, start = item.tokens, item.start
             items += 1
@@ -79,6 +83,7 @@ class StepRecord:
                 prefill += n
                 pairs += n * start + n * (n + 1) // 2
                 squares += n * n
+                chunks += 1
             else:
                 decode += n
                 context += start + n
@@ -94,6 +99,7 @@ class StepRecord:
             scheduler_s=scheduler_s,
             cpu_s=cpu_s,
             prefill_chunk_sq=squares,
+            prefill_chunks=chunks,
         )
 
 
@@ -119,6 +125,7 @@ def step_row(s: StepRecord) -> tuple[object, ...]:
         s.decode_context_tokens,
         repr(s.duration_s),
         s.prefill_chunk_sq,
+        s.prefill_chunks,
     )
 
 

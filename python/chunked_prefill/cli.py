@@ -17,7 +17,6 @@ from types import ModuleType
 from typing import IO, Any
 
 from ._args import U64_MAX, ArgumentParser, SubcommandParser, UsageError, int_flag, one_line
-from ._output import check_output, replacing
 from ._stop import stopping
 
 __all__ = ["build_parser", "iter_plan_rows", "main", "plan_rows"]
@@ -227,95 +226,6 @@ def _write_table(
         out.write("  ".join(c.rjust(w) for c, w in zip(cells, widths)) + "\n")
 
 
-def _add_fit_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "fit",
-        help="fit the engine model's coefficients to measured steps",
-        description="Fit the step-latency model's coefficients (t_min_s, c0_s, c_tok_s,"
-        " c_attn_s, c_kv_s, c_chunk_sq_s) by least squares to a CSV of measured steps with the"
-        " columns prefill_tokens, decode_tokens, attention_pairs, decode_context_tokens and"
-        " duration_s (and prefill_chunk_sq, without which c_chunk_sq_s stays 0), and report"
-        " the fit's relative error per step. Every bad input is one line"
-        " 'chunked-prefill fit: error: ...' on stderr and exit status 2.",
-    )
-    p.add_argument("steps", metavar="STEPS.csv", help="the measured steps")
-    p.add_argument(
-        "--out",
-        metavar="PROFILE",
-        help="write the fitted coefficients as a profile for 'simulate --profile'"
-        " (TOML when it ends in .toml, else JSON)",
-    )
-    p.add_argument(
-        "--name",
-        default=None,
-        metavar="NAME",
-        help="the fitted engine's name (default: fitted (STEPS.csv))",
-    )
-    p.add_argument("--json", action="store_true", help="print the fit as one JSON object")
-    p.set_defaults(func=_run_fit)
-
-
-def _run_fit(args: argparse.Namespace) -> int:
-    import os
-
-    from .sim.fit import fit_steps, profile_text, read_steps_csv
-    from .sim.workload import TraceError
-
-    name = args.name or f"fitted ({os.path.basename(args.steps)})"
-    if args.out is not None:
-        check_output(args.out, "--out")
-    try:
-        fit = fit_steps(read_steps_csv(args.steps), name)
-    except TraceError as err:
-        raise UsageError(str(err)) from None
-    except ValueError as err:
-        raise UsageError(f"{args.steps}: {err}") from None
-    if args.out is not None:
-        try:
-            with replacing(args.out) as fh:
-                fh.write(profile_text(fit.engine, args.out.lower().endswith(".toml")))
-        except OSError as err:
-            raise UsageError(f"argument --out: cannot write {args.out}: {err.strerror}") from None
-    errors = {"p50": fit.error_p50, "p90": fit.error_p90, "p99": fit.error_p99}
-    errors["max"] = fit.error_max
-    if args.json:
-        doc = {
-            "engine": fit.engine.to_dict(),
-            "steps": fit.steps,
-            "floor_steps": fit.floor_steps,
-            "unidentified": list(fit.unidentified),
-            "relative_error": errors,
-        }
-        print(json.dumps(doc))
-        return 0
-    from rich.table import Table
-
-    from ._stop import pipe_console as Console
-
-    table = Table(title=fit.engine.name)
-    table.add_column("coefficient")
-    table.add_column("value", justify="right")
-    for key, value in fit.engine.to_dict().items():
-        if key != "name":
-            kept = " (not identified, kept at 0)" if key in fit.unidentified else ""
-            table.add_row(key, f"{value:.4g}{kept}")
-    for q, e in errors.items():
-        table.add_row(f"error {q}", f"{100 * e:.2f} %")
-    console = Console()
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=100)
-    console.print(
-        f"{fit.steps} steps, {fit.floor_steps} on the floor (t_min_s); error is"
-        " |predicted - measured| / measured per step"
-    )
-    console.print(table)
-    if args.out is not None:
-        console.print(
-            f"wrote {args.out}; use it with: chunked-prefill simulate --profile {args.out}"
-        )
-    return 0
-
-
 def _version() -> str:
     from . import BACKEND, __version__
 
@@ -334,12 +244,12 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", metavar="COMMAND", required=True, parser_class=SubcommandParser
     )
     from .sim import cli as sim_cli
-    from .sim import engines_cli, search_cli
+    from .sim import engines_cli, fit_cli, search_cli
 
     sim_cli.add_parser(subparsers)
     search_cli.add_parser(subparsers)
     _add_plan_parser(subparsers)
-    _add_fit_parser(subparsers)
+    fit_cli.add_parser(subparsers)
     engines_cli.add_parser(subparsers)
     return parser
 

@@ -21,7 +21,7 @@ from ._check import path, real, show
 from ._files import read_json_object, read_profile_bytes
 from ._json import Number, exact, whole
 from .engine import DEFAULT_GPU_MEMORY_UTILIZATION, GIB, KVMemory
-from .software import DEFAULT_ATTENTION_BACKEND, DEFAULT_SERVING_ENGINE
+from .software import DEFAULT_ATTENTION_BACKEND, DEFAULT_SERVING_ENGINE, ServingEngine
 
 if TYPE_CHECKING:
     from .roofline import RooflineModel
@@ -679,7 +679,7 @@ def engine_for(
     tp: int = 1,
     *,
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
-    serving_engine: str = DEFAULT_SERVING_ENGINE,
+    serving_engine: str | ServingEngine = DEFAULT_SERVING_ENGINE,
     attention_backend: str = DEFAULT_ATTENTION_BACKEND,
     **overrides: Any,
 ) -> tuple[RooflineModel, KVMemory]:
@@ -689,7 +689,8 @@ def engine_for(
     ``gpu`` a :data:`GPUS` name, a GPU profile path or a :class:`GpuSpec`; ``overrides``
     replace :class:`GpuSpec` fields (``peak_flops=...``, ``hbm_efficiency=...``);
     ``serving_engine`` and ``attention_backend`` name the software (:mod:`.software`:
-    the serving engine's CPU costs, how prefill attention is charged). Returns
+    the serving engine's CPU costs, how prefill attention is charged; ``serving_engine``
+    may be a :class:`~.software.ServingEngine`, as a fitted profile gives). Returns
     ``(RooflineModel, KVMemory)``: pass them to ``simulate_serving(..., engine=...,
     memory=...)``. Raises :class:`ModelConfigError` for an unknown name or a bad file, and
     :class:`EngineFitError` when the model does not split across ``tp`` GPUs or its weights

@@ -40,7 +40,7 @@ from .engine import (
     ProfileError,
     load_profile,
 )
-from .engines_cli import add_roofline_flags, roofline_from_args
+from .engines_cli import add_roofline_flags, roofline_from_args, roofline_profile_from_args
 from .fleet_cli import add_fleet_arguments, fleet_of
 from .report import PLOT_HINT, PlotUnavailable, print_table, results_to_json
 from .roofline import RooflineModel, StepTimeModel, roofline_line
@@ -387,7 +387,9 @@ def add_engine_flags(p: argparse.ArgumentParser, *, engine_list: bool = False) -
         "--profile",
         metavar="FILE",
         help="TOML or JSON file of coefficients over the preset (keys: preset, name, t_min_s,"
-        " c0_s, c_tok_s, c_attn_s, c_kv_s, c_chunk_sq_s)",
+        " c0_s, c_tok_s, c_attn_s, c_kv_s, c_chunk_sq_s), or a roofline profile that"
+        " 'chunked-prefill fit --model M --gpu G --out FILE' wrote (kind = \"roofline\": its"
+        " model, GPU and TP, KV memory included)",
     )
     e.add_argument(
         "--t-min",
@@ -616,8 +618,12 @@ def _utilization(args: argparse.Namespace) -> float:
 
 
 def _engine_and_memory(args: argparse.Namespace) -> tuple[StepTimeModel, KVMemory]:
-    """The step-time model and KV memory the flags ask for: the roofline of ``--model``
-    on ``--gpu``, else the linear ``--engine`` preset (with ``--profile`` and overrides)."""
+    """The step-time model and KV memory the flags ask for: a roofline ``--profile``'s, the
+    roofline of ``--model`` on ``--gpu``, else the linear ``--engine`` preset (with
+    ``--profile`` and overrides)."""
+    profile = roofline_profile_from_args(args, _utilization(args))
+    if profile is not None:
+        return profile[0], profile[1]
     roofline = roofline_from_args(args, _utilization(args))
     if roofline is not None:
         return roofline

@@ -195,6 +195,49 @@ def roofline_from_args(
         raise UsageError(f"arguments --model/--gpu/--tp: {err}") from None
 
 
+_PROFILE_CONFLICTS = (
+    ("--model", "model"),
+    ("--gpu", "gpu"),
+    ("--tp", "tp"),
+    ("--serving-engine", "serving_engine"),
+    ("--attention-backend", "attention_backend"),
+    *((f"--{a.replace('_', '-')}", a) for a, _, _ in _OVERRIDES),
+    *(pair for pair in LINEAR_FLAGS if pair[0] != "--profile"),
+)
+"""The flags a roofline profile replaces (it names the model, GPU, TP and software)."""
+
+
+def roofline_profile_from_args(
+    args: argparse.Namespace, utilization: float
+) -> tuple[RooflineModel, KVMemory, int] | None:
+    """The roofline, KV memory and TP of ``--profile`` when it is a roofline profile
+    (:mod:`.roofline_profile`), else ``None``. Raises :class:`UsageError` for a bad
+    profile or a flag the profile replaces."""
+    from .engine import ProfileError
+    from .roofline_profile import is_roofline_profile, load_roofline_profile
+
+    path = getattr(args, "profile", None)
+    if path is None:
+        return None
+    try:
+        if not is_roofline_profile(path):
+            return None
+        profile = load_roofline_profile(path)
+    except ProfileError as err:
+        raise UsageError(f"argument --profile: {err}") from None
+    for flag, name in _PROFILE_CONFLICTS:
+        if getattr(args, name, None) is not None:
+            raise UsageError(
+                f"argument {flag}: not with --profile {path}, a roofline profile (it names the"
+                " model, GPU, TP and software)"
+            )
+    try:
+        engine, memory = profile.build(utilization)
+    except ProfileError as err:
+        raise UsageError(f"argument --profile: {err}") from None
+    return engine, memory, profile.tp
+
+
 def engine_rows(
     utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION, block_size: int = 16
 ) -> list[dict[str, Any]]:

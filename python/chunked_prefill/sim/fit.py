@@ -36,9 +36,12 @@ from .workload import TraceError, _parse_int, _show, read_text
 __all__ = [
     "COLUMNS",
     "MAX_THRESHOLDS",
+    "POOR_P50",
+    "POOR_P90",
     "FitResult",
     "Steps",
     "fit_steps",
+    "fit_warnings",
     "profile_text",
     "read_steps_csv",
     "write_steps_csv",
@@ -56,6 +59,11 @@ COLUMNS = (
 OPTIONAL_COLUMN = "prefill_chunk_sq"
 """The squares of the step's prefill chunk lengths, summed: read when present (the simulator
 writes it), so ``c_chunk_sq_s`` is fitted; without it that coefficient stays 0."""
+
+CHUNKS_COLUMN = "prefill_chunks"
+"""The number of the step's prefill chunks: read when present (the simulator and the
+recorders write it) for the roofline's per-chunk terms; without it a step with prefill
+tokens counts as one chunk."""
 
 MAX_THRESHOLDS = 256
 """The most floor thresholds tried; beyond it they are spread over the quantiles of ``N``."""
@@ -81,6 +89,8 @@ class Steps:
     duration_s: Array
     prefill_chunk_sq: Array | None = None
     """``None`` when the file has no ``prefill_chunk_sq`` column."""
+    prefill_chunks: Array | None = None
+    """``None`` when the file has no ``prefill_chunks`` column."""
 
     @property
     def chunk_sq(self) -> Array:
@@ -88,6 +98,13 @@ class Steps:
         if self.prefill_chunk_sq is None:
             return np.zeros_like(self.duration_s)
         return self.prefill_chunk_sq
+
+    @property
+    def chunks(self) -> Array:
+        """The ``prefill_chunks`` column; without it, 1 for each step with prefill tokens."""
+        if self.prefill_chunks is None:
+            return np.where(self.prefill_tokens > 0, 1.0, 0.0)
+        return self.prefill_chunks
 
     def __len__(self) -> int:
         return len(self.duration_s)
@@ -102,7 +119,7 @@ def write_steps_csv(steps: Iterable[StepRecord], path: str | os.PathLike[str]) -
     n = 0
     with replacing(path) as fh:
         out = csv.writer(fh, lineterminator="\n")
-        out.writerow(("step", "start_s", *COLUMNS, OPTIONAL_COLUMN))
+        out.writerow(("step", "start_s", *COLUMNS, OPTIONAL_COLUMN, CHUNKS_COLUMN))
         for s in steps:
             out.writerow(
                 (
@@ -114,6 +131,7 @@ def write_steps_csv(steps: Iterable[StepRecord], path: str | os.PathLike[str]) -
                     s.decode_context_tokens,
                     repr(s.duration_s),
                     s.prefill_chunk_sq,
+                    s.prefill_chunks,
                 )
             )
             n += 1
@@ -163,28 +181,65 @@ def read_steps_csv(path: str | os.PathLike[str]) -> Steps:
                 float(_parse_int(name, line, col, row[col], low=0, high=_COUNT_MAX, what=_COUNT))
                 for col in COLUMNS[:4]
             )
-            sq = 0.0
-            if OPTIONAL_COLUMN in row:
-                sq = float(
-                    _parse_int(
-                        name,
-                        line,
-                        OPTIONAL_COLUMN,
-                        row[OPTIONAL_COLUMN],
-                        low=0,
-                        high=_COUNT_MAX,
-                        what=_COUNT,
-                    )
-                )
-            rows.append((*counts, _duration(name, line, row["duration_s"]), sq))
+            extra = tuple(
+                _optional(name, line, row, col) for col in (OPTIONAL_COLUMN, CHUNKS_COLUMN)
+            )
+            rows.append((*counts, _duration(name, line, row["duration_s"]), *extra))
     except csv.Error as err:
         raise TraceError(name, reader.line_num, None, f"malformed CSV: {err}") from None
     if header is None:
         raise TraceError(name, 0, None, "is empty: expected a header row and steps")
-    table = np.array(rows, dtype=np.float64).reshape(len(rows), 6)
+    table = np.array(rows, dtype=np.float64).reshape(len(rows), 7)
     squares = table[:, 5].copy() if OPTIONAL_COLUMN in header else None
+    chunks = table[:, 6].copy() if CHUNKS_COLUMN in header else None
     p, d, a, k, t = (table[:, i].copy() for i in range(5))
-    return Steps(p, d, a, k, t, prefill_chunk_sq=squares)
+    return Steps(p, d, a, k, t, prefill_chunk_sq=squares, prefill_chunks=chunks)
+
+
+def _optional(path: str, line: int, row: dict[str, str], col: str) -> float:
+    """An optional count column's cell, 0 when the file has no such column."""
+    if col not in row:
+        return 0.0
+    return float(_parse_int(path, line, col, row[col], low=0, high=_COUNT_MAX, what=_COUNT))
+
+
+POOR_P50 = 0.10
+"""A fit whose per-step relative error has a median above this is reported as poor."""
+POOR_P90 = 0.25
+"""... or whose 90th percentile is above this."""
+
+LIKELY_CAUSES = (
+    "noisy timings (a shared or throttled machine), a cost the model does not have, or"
+    " steps of different engines or settings mixed in one file"
+)
+
+
+def fit_warnings(
+    p50: float, p90: float, unidentified: Iterable[tuple[str, str]], extra: Iterable[str] = ()
+) -> list[str]:
+    """The warnings of a fit: poor (per-step error p50 over :data:`POOR_P50` or p90 over
+    :data:`POOR_P90`), each term not identified as ``(name, why)``, then ``extra``."""
+    out = []
+    if p50 > POOR_P50 or p90 > POOR_P90:
+        out.append(
+            f"the fit is poor: per-step relative error p50 {100 * p50:.1f} %, p90"
+            f" {100 * p90:.1f} % (a good fit: p50 at most {100 * POOR_P50:g} %, p90 at most"
+            f" {100 * POOR_P90:g} %); likely causes: {LIKELY_CAUSES}"
+        )
+    out += [f"not identified: {name} ({why})" for name, why in unidentified]
+    out += list(extra)
+    return out
+
+
+_WHY = {
+    "t_min_s": "no step on the floor",
+    "c0_s": "every step on the floor",
+    "c_tok_s": "every step on the floor",
+    "c_attn_s": "no prefill steps",
+    "c_kv_s": "no decode steps",
+    "c_chunk_sq_s": "no prefill steps",
+}
+"""Why each linear coefficient can go unidentified (see :func:`_result`)."""
 
 
 @dataclass(frozen=True)
@@ -203,6 +258,12 @@ class FitResult:
     error_p90: float
     error_p99: float
     error_max: float
+
+    @property
+    def warnings(self) -> list[str]:
+        """What ``fit`` prints on stderr (:func:`fit_warnings`)."""
+        why = [(p, _WHY[p]) for p in self.unidentified]
+        return fit_warnings(self.error_p50, self.error_p90, why)
 
 
 def _nnls(x: Array, y: Array) -> Array:

@@ -11,7 +11,13 @@ from .._args import UsageError, int_flag, list_of
 from .catalog import GPUS, MODELS, EngineFitError, EngineRangeError, ModelConfigError, engine_for
 from .cli import engine_from_args
 from .engine import DEFAULT_ENGINE, DEFAULT_GPU_MEMORY_UTILIZATION, MEMORY_PRESETS
-from .engines_cli import LINEAR_FLAGS, add_software_flags, software_flags, software_options
+from .engines_cli import (
+    LINEAR_FLAGS,
+    add_software_flags,
+    roofline_profile_from_args,
+    software_flags,
+    software_options,
+)
 from .search_space import EngineSpec
 
 __all__ = ["add_roofline_lists", "engine_specs", "utilization"]
@@ -52,7 +58,12 @@ def utilization(args: argparse.Namespace) -> float:
 
 
 def engine_specs(args: argparse.Namespace) -> list[EngineSpec]:
-    """The engines the flags ask for, in flag order (GPUs slowest, then TP degrees)."""
+    """The engines the flags ask for, in flag order (GPUs slowest, then TP degrees); a
+    roofline ``--profile`` is the one engine."""
+    profile = roofline_profile_from_args(args, utilization(args))
+    if profile is not None:
+        engine, memory, tp = profile
+        return [EngineSpec(engine, memory, tp, ())]  # the command line repeats --profile
     if args.model is None:
         for flag in ("gpu", "tp", "serving_engine", "attention_backend"):
             if getattr(args, flag, None) is not None:

@@ -271,6 +271,11 @@ class StepRecord:
         return sum(c[2] for c in self.chunks)
 
     @property
+    def prefill_chunks(self) -> int:
+        """Prefill chunks this step (the roofline's ``head_row_s`` and ``seq_s`` rows)."""
+        return len(self.chunks)
+
+    @property
     def duration_s(self) -> float:
         """The modelled duration of the step."""
         return self.end_s - self.start_s
