@@ -11,7 +11,7 @@ from .._args import UsageError, int_flag, list_of
 from .catalog import GPUS, MODELS, EngineFitError, EngineRangeError, ModelConfigError, engine_for
 from .cli import engine_from_args
 from .engine import DEFAULT_ENGINE, DEFAULT_GPU_MEMORY_UTILIZATION, MEMORY_PRESETS
-from .engines_cli import LINEAR_FLAGS
+from .engines_cli import DTYPE_FLAGS, LINEAR_FLAGS, add_dtype_flags, dtype_args
 from .search_space import EngineSpec
 
 __all__ = ["add_roofline_lists", "engine_specs", "utilization"]
@@ -41,6 +41,7 @@ def add_roofline_lists(p: argparse.ArgumentParser) -> None:
         help="tensor-parallel degrees (GPUs per replica), a comma list; combinations that do"
         " not fit are left out (default: 1; needs --model)",
     )
+    add_dtype_flags(g)
 
 
 def utilization(args: argparse.Namespace) -> float:
@@ -56,6 +57,9 @@ def engine_specs(args: argparse.Namespace) -> list[EngineSpec]:
         for flag in ("gpu", "tp"):
             if getattr(args, flag) is not None:
                 raise UsageError(f"argument --{flag}: needs --model")
+        for flag, name in DTYPE_FLAGS:
+            if getattr(args, name, None) is not None:
+                raise UsageError(f"argument {flag}: needs --model")
         return _linear_specs(args)
     linear = [flag for flag, name in LINEAR_FLAGS if getattr(args, name, None) is not None]
     if linear:
@@ -76,18 +80,26 @@ def _linear_specs(args: argparse.Namespace) -> list[EngineSpec]:
 def _roofline_specs(args: argparse.Namespace) -> list[EngineSpec]:
     specs = []
     unfit = []
+    dtypes = dtype_args(args)
+    # The dtype flags given, for the reproducing simulate command line.
+    extra = [
+        item
+        for flag, name in DTYPE_FLAGS
+        if getattr(args, name, None) is not None
+        for item in (flag, getattr(args, name))
+    ]
     for gpu in dict.fromkeys(args.gpu):
         for tp in dict.fromkeys(args.tp or [1]):
             try:
                 model, memory = engine_for(
-                    args.model, gpu, tp, gpu_memory_utilization=utilization(args)
+                    args.model, gpu, tp, gpu_memory_utilization=utilization(args), **dtypes
                 )
             except (ModelConfigError, EngineRangeError) as err:
                 raise UsageError(f"argument --model/--gpu: {err}") from None
             except EngineFitError as err:
                 unfit.append(f"{gpu} at TP {tp}: {err}")
                 continue
-            flags = ("--model", args.model, "--gpu", gpu, "--tp", str(tp))
+            flags = ("--model", args.model, "--gpu", gpu, "--tp", str(tp), *extra)
             specs.append(EngineSpec(model, memory, tp, flags))
     if not specs:
         raise UsageError(f"arguments --model/--gpu/--tp: no combination fits ({unfit[0]})")
