@@ -321,7 +321,7 @@ def run(args: argparse.Namespace) -> int:
         doc = {
             "gpu_memory_utilization": args.gpu_memory_utilization,
             "block_size": args.block_size,
-            "models": {m.name: m.to_dict() for m in models},
+            "models": {m.name: with_dtypes(m, **dtypes).to_dict() for m in models},
             "gpus": {g.name: g.to_dict() for g in gpus},
             "engines": rows,
             "tp": tps,
@@ -333,7 +333,8 @@ def run(args: argparse.Namespace) -> int:
         }
         print(json.dumps(doc))
         return 0
-    _print_tables(rows, models, gpus, tps, args.block_size, args.gpu_memory_utilization)
+    served = [with_dtypes(m, **dtypes) for m in models]
+    _print_tables(rows, served, gpus, tps, args.block_size, args.gpu_memory_utilization)
     return 0
 
 
@@ -401,7 +402,7 @@ def _models_table(models: list[ModelSpec]) -> Any:
             f"{m.num_params / 1e9:.1f} B",
             f"{m.active_params / 1e9:.1f} B",
             m.weight_dtype,
-            f"{m.kv_bytes_per_token() // 1024} KiB",
+            f"{m.kv_bytes_per_token() / 1024:g} KiB",
         )
     return table
 
