@@ -135,9 +135,13 @@ def test_a_word_before_the_command_is_the_top_programs_error(
         ({"num_local_experts": 0, "num_experts_per_tok": 0}, "key 'num_local_experts': expected"),
         (
             {"num_experts": 60, "num_experts_per_tok": 4},
-            "key 'num_experts': a mixture of experts this reader does not model",
+            "key 'moe_intermediate_size': missing (a positive whole number)",
         ),
-        ({"n_routed_experts": 256}, "key 'n_routed_experts': a mixture of experts"),
+        (
+            {"num_experts": 60, "num_experts_per_tok": 4, "shared_expert_intermediate_size": 5632},
+            "key 'shared_expert_intermediate_size': shared experts are not modelled",
+        ),
+        ({"n_routed_experts": 256}, "key 'n_routed_experts': DeepSeek-style routed and shared"),
     ],
 )
 @pytest.mark.parametrize("command", ["simulate", "search"])

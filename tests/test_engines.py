@@ -49,6 +49,7 @@ LLAMA_2_7B = ModelSpec(
     intermediate_size=11008,
     vocab_size=32000,
     dtype_bytes=2,
+    weight_dtype="float16",
     source="https://huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json",
 )
 
@@ -398,7 +399,7 @@ def test_engines_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["engines", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert sorted(doc["models"]) == sorted(MODELS) and sorted(doc["gpus"]) == sorted(GPUS)
-    assert len(doc["engines"]) == 4 * 4 * 4
+    assert len(doc["engines"]) == len(MODELS) * len(GPUS) * 4
     rows = {(r["model"], r["gpu"], r["tp"]): r for r in doc["engines"]}
     row = rows["llama-3.1-8b", "a100-80gb", 1]
     assert row["fits"] and row["num_blocks"] == 28181 and row["kv_tokens"] == 28181 * 16
@@ -463,7 +464,7 @@ def test_simulate_gpu_flags_override_the_datasheet(capsys: pytest.CaptureFixture
             "argument --c0: not with --model",
         ),
         (["--model", "llama-9", "--gpu", "h100-sxm"], "argument --model: unknown model 'llama-9'"),
-        (["--model", "llama-3.1-8b", "--gpu", "b200"], "argument --gpu: unknown GPU 'b200'"),
+        (["--model", "llama-3.1-8b", "--gpu", "b300"], "argument --gpu: unknown GPU 'b300'"),
         (
             ["--model", "llama-3.1-70b", "--gpu", "a100-80gb"],
             "arguments --model/--gpu/--tp: llama-3.1-70b does not fit a100-80gb at TP 1",

@@ -272,7 +272,8 @@ def test_fit_flag_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     steps = str(tmp_path / "s.csv")
     assert _error(capsys, "fit", steps, "--gpu", "h100-sxm") == "argument --gpu: needs --model"
     assert _error(capsys, "fit", steps, "--model", "llama-3.1-8b") == (
-        "argument --model: needs --gpu (one of a100-80gb, h100-sxm, h200, l40s, or a file)"
+        "argument --model: needs --gpu (one of a100-80gb, a100-40gb, h100-sxm, h100-pcie,"
+        " h100-nvl, h200, h20, b200, l40s, l4, a10g, mi300x, or a file)"
     )
     assert _error(capsys, "fit", steps, "--model", "llama-3.1-8b", "--gpu", "h100-sxm",
                   "--name", "x") == (

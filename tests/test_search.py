@@ -233,6 +233,25 @@ def test_gpu_and_tp_lists_are_engines_of_the_grid(capsys: pytest.CaptureFixture[
     _reproduce(capsys, argv)
 
 
+def test_dtype_flags_travel_to_the_engines_and_the_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--quantization fp8 halves Llama-3.1-70B's weights: they fit one H100 (141 GB in
+    bf16 do not), not one L40S; the engines are named by their dtypes, and the best command
+    line keeps the flags."""
+    argv = ["--requests", "80", "--chunk-size", "512", "--model", "llama-3.1-70b"]
+    argv += ["--gpu", "h100-sxm,l40s", "--kv-cache-dtype", "fp8", "--quantization", "fp8"]
+    argv += ["--slo-ttft", "5", "--slo-tbt", "0.5"]
+    code, out, err = _cli(capsys, "search", *argv, "--workers", "1", "--json")
+    assert code == 0, err
+    engines = sorted(it["config"]["engine"] for it in json.loads(out))
+    assert engines == ["llama-3.1-70b (fp8 weights, fp8 KV) on h100-sxm"]
+    _reproduce(capsys, argv)
+    code, _, err = _cli(capsys, "search", "--requests", "80", "--kv-cache-dtype", "fp8", *SLO)
+    assert code == 2
+    assert err == "chunked-prefill search: error: argument --kv-cache-dtype: needs --model\n"
+
+
 def test_table_ranks_and_names_the_best(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--requests", "100", "--chunk-size", "256,none", "--gpu-cost", "2", *SLO]
     code, out, err = _cli(capsys, "search", *argv, "--workers", "1")

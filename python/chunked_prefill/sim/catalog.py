@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import re
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GPUS",
+    "GPU_ALIASES",
+    "KV_CACHE_DTYPES",
     "MODELS",
+    "MODEL_ALIASES",
+    "QUANTIZATIONS",
     "TP_DEGREES",
     "EngineFitError",
     "EngineRangeError",
@@ -37,10 +42,13 @@ __all__ = [
     "ModelSpec",
     "engine_for",
     "fits",
+    "gpu_name",
     "load_gpu_profile",
     "load_model_config",
+    "model_name",
     "resolve_gpu",
     "resolve_model",
+    "with_dtypes",
 ]
 
 TP_DEGREES = (1, 2, 4, 8)
@@ -49,6 +57,19 @@ MAX_TP = 1024
 """The tensor-parallel degrees ``chunked-prefill engines`` lists."""
 
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+_WEIGHT_DTYPE_BYTES = {**_DTYPE_BYTES, "fp8": 1}
+KV_CACHE_DTYPES = {
+    "auto": 0,
+    "bfloat16": 2,
+    "float16": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+}
+"""vLLM's ``--kv-cache-dtype`` values and their bytes per element (``auto``: the model's
+dtype)."""
+QUANTIZATIONS = ("fp8",)
+"""vLLM's ``--quantization`` values the catalog models (FP8 weights quantized at load)."""
 
 
 class ModelConfigError(ValueError):
@@ -67,7 +88,7 @@ class EngineRangeError(ValueError):
 @dataclass(frozen=True)
 class ModelSpec:
     """A decoder-only transformer as its ``config.json`` describes it (gated MLP, as Llama,
-    Qwen2 and Mixtral have; biases and norms other than RMSNorm weights are ignored)."""
+    Qwen2/3 and Mixtral have; biases and norms other than RMSNorm weights are ignored)."""
 
     name: str
     num_hidden_layers: int
@@ -81,23 +102,58 @@ class ModelSpec:
     """Experts per MoE layer; 0 for a dense model."""
     num_experts_per_tok: int = 0
     """Experts each token is routed to (MoE only)."""
+    expert_intermediate_size: int = 0
+    """The MLP size of one expert (``moe_intermediate_size``); 0: ``intermediate_size``."""
     dtype_bytes: int = 2
-    """Bytes per weight and per KV element (``torch_dtype``: bfloat16/float16 2, float32 4)."""
+    """Bytes per activation (``torch_dtype``: bfloat16/float16 2, float32 4): the compute
+    dtype, the weights outside the decoder layers' linear layers, and the KV cache unless
+    ``kv_dtype_bytes`` says otherwise."""
+    weight_dtype: str = "bfloat16"
+    """The dtype of the decoder layers' linear weights: ``torch_dtype``'s, or ``"fp8"`` for
+    an FP8 checkpoint (``quantization_config``) or ``engine_for(quantization="fp8")``."""
+    kv_dtype_bytes: int = 0
+    """Bytes per K/V element (``engine_for(kv_cache_dtype=...)``); 0: ``dtype_bytes``."""
     tie_word_embeddings: bool = False
     source: str = ""
     """Where the figures come from."""
-    weight_dtype: str = "bfloat16"
-    """The decoder layers' weights: bfloat16, float16, float32 or fp8."""
 
-    @property
-    def weight_dtype_bytes(self) -> int:
-        """Bytes per decoder-layer weight."""
-        return 1 if self.weight_dtype == "fp8" else _DTYPE_BYTES[self.weight_dtype]
+    def __post_init__(self) -> None:
+        if self.weight_dtype not in _WEIGHT_DTYPE_BYTES:
+            raise ValueError(
+                f"model {self.name}: weight_dtype must be one of"
+                f" {', '.join(_WEIGHT_DTYPE_BYTES)}, got {self.weight_dtype!r}"
+            )
+        if self.weight_dtype != "fp8" and self.weight_dtype_bytes != self.dtype_bytes:
+            raise ValueError(
+                f"model {self.name}: weight_dtype {self.weight_dtype!r} is"
+                f" {self.weight_dtype_bytes} bytes but dtype_bytes is {self.dtype_bytes}"
+                " (only fp8 weights differ from the compute dtype)"
+            )
+        if self.kv_dtype_bytes not in (0, 1, 2, 4):
+            raise ValueError(
+                f"model {self.name}: kv_dtype_bytes must be 0 (dtype_bytes), 1, 2 or 4, got"
+                f" {self.kv_dtype_bytes!r}"
+            )
+        if self.expert_intermediate_size and not self.is_moe:
+            raise ValueError(
+                f"model {self.name}: expert_intermediate_size is for a mixture of experts"
+                " (num_local_experts > 0)"
+            )
 
     @property
     def is_moe(self) -> bool:
         """Whether the MLP is a mixture of experts."""
         return self.num_local_experts > 0
+
+    @property
+    def weight_dtype_bytes(self) -> int:
+        """Bytes per weight of the decoder layers' linear layers (1 for fp8)."""
+        return _WEIGHT_DTYPE_BYTES[self.weight_dtype]
+
+    @property
+    def kv_element_bytes(self) -> int:
+        """Bytes per K/V element: ``kv_dtype_bytes``, or ``dtype_bytes`` when it is 0."""
+        return self.kv_dtype_bytes or self.dtype_bytes
 
     def attention_params(self, kv_heads: int | None = None) -> int:
         """Q, K, V and O projection weights of one layer (``kv_heads`` K/V heads)."""
@@ -107,8 +163,9 @@ class ModelSpec:
 
     @property
     def mlp_params(self) -> int:
-        """Gate, up and down projection weights of one MLP (one expert of a MoE layer)."""
-        return 3 * self.hidden_size * self.intermediate_size
+        """Gate, up and down projection weights of one MLP (one expert of a MoE layer, of
+        ``expert_intermediate_size`` when set)."""
+        return 3 * self.hidden_size * (self.expert_intermediate_size or self.intermediate_size)
 
     @property
     def router_params(self) -> int:
@@ -134,10 +191,10 @@ class ModelSpec:
 
     @property
     def active_params(self) -> int:
-        """Weights one token's forward pass multiplies (its routed experts only)."""
-        experts = self.num_experts_per_tok if self.is_moe else 1
-        layer = self.attention_params() + experts * self.mlp_params + self.router_params
-        return self.num_hidden_layers * layer + self.vocab_size * self.hidden_size
+        """The weights one token uses: all but the experts it is not routed to (the
+        "activated parameters" of the model cards, embedding included)."""
+        idle = self.num_local_experts - self.num_experts_per_tok if self.is_moe else 0
+        return self.num_params - self.num_hidden_layers * idle * self.mlp_params
 
     def kv_heads_per_gpu(self, tp: int) -> int:
         """K/V heads each GPU holds: ``kv_heads / tp``, at least 1 (vLLM replicates a K/V
@@ -145,13 +202,14 @@ class ModelSpec:
         return max(1, self.num_key_value_heads // tp)
 
     def kv_bytes_per_token(self, tp: int = 1) -> int:
-        """K and V of one token in every layer, on one GPU of a TP group."""
+        """K and V of one token in every layer, on one GPU of a TP group (at
+        :attr:`kv_element_bytes` per element)."""
         return (
             2
             * self.num_hidden_layers
             * self.kv_heads_per_gpu(tp)
             * self.head_dim
-            * (self.dtype_bytes)
+            * self.kv_element_bytes
         )
 
     def check_tp(self, tp: int) -> None:
@@ -167,19 +225,19 @@ class ModelSpec:
 
     def weight_bytes_per_gpu(self, tp: int) -> int:
         """The weights one GPU of a TP group holds: every matrix split ``tp`` ways (K/V
-        projections replicated when there are fewer K/V heads than GPUs), norms whole."""
+        projections replicated when there are fewer K/V heads than GPUs), norms whole. The
+        decoder layers' linear weights are at :attr:`weight_dtype_bytes`; the embedding, LM
+        head, norms and MoE router at ``dtype_bytes`` (FP8 checkpoints keep them so)."""
         experts = max(1, self.num_local_experts)
         kv_dim = self.kv_heads_per_gpu(tp) * self.head_dim
         q_dim = self.num_attention_heads * self.head_dim // tp
         attention = 2 * self.hidden_size * q_dim + 2 * self.hidden_size * kv_dim
-        layer = (
-            attention
-            + experts * self.mlp_params // tp
-            + self.router_params  # the router is replicated
-            + 2 * self.hidden_size
+        linear = attention + experts * self.mlp_params // tp
+        kept = self.router_params + 2 * self.hidden_size  # the router is replicated
+        return (
+            self.num_hidden_layers * (linear * self.weight_dtype_bytes + kept * self.dtype_bytes)
+            + (self.embedding_params // tp + self.hidden_size) * self.dtype_bytes
         )
-        params = self.num_hidden_layers * layer + self.embedding_params // tp + self.hidden_size
-        return params * self.dtype_bytes
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as plain data, with the derived parameter counts."""
@@ -235,12 +293,12 @@ class GpuSpec:
     embedding, activation, residual adds) at one token."""
     step_overhead_s: float = 0.0
     """Any other fixed GPU time per step."""
-    fp8_peak_flops: float = 0.0
-    """Dense FP8 tensor-core FLOP/s (0: no FP8 tensor cores)."""
     activation_reserve_bytes: int = 2 * GIB
     """Memory kept back for activations (as the simulator's Llama-2-7B presets)."""
     source: str = ""
     """Where the figures come from."""
+    fp8_peak_flops: float = 0.0
+    """Dense FP8 tensor-core FLOP/s (no sparsity); 0: no FP8 tensor cores (A100, A10G)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -320,9 +378,191 @@ MODELS: dict[str, ModelSpec] = {
         num_experts_per_tok=2,
         source=_HF.format("mistralai/Mixtral-8x7B-Instruct-v0.1"),
     ),
+    "llama-3.2-1b": ModelSpec(
+        name="llama-3.2-1b",
+        num_hidden_layers=16,
+        hidden_size=2048,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        intermediate_size=8192,
+        vocab_size=128256,
+        tie_word_embeddings=True,
+        source=_HF.format("meta-llama/Llama-3.2-1B-Instruct"),
+    ),
+    "llama-3.2-3b": ModelSpec(
+        name="llama-3.2-3b",
+        num_hidden_layers=28,
+        hidden_size=3072,
+        num_attention_heads=24,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=8192,
+        vocab_size=128256,
+        tie_word_embeddings=True,
+        source=_HF.format("meta-llama/Llama-3.2-3B-Instruct"),
+    ),
+    "llama-3.3-70b": ModelSpec(
+        name="llama-3.3-70b",
+        num_hidden_layers=80,
+        hidden_size=8192,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=28672,
+        vocab_size=128256,
+        source=_HF.format("meta-llama/Llama-3.3-70B-Instruct"),
+    ),
+    "llama-2-7b": ModelSpec(
+        name="llama-2-7b",
+        num_hidden_layers=32,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        head_dim=128,
+        intermediate_size=11008,
+        vocab_size=32000,
+        weight_dtype="float16",
+        source=_HF.format("meta-llama/Llama-2-7b-hf"),
+    ),
+    "llama-2-70b": ModelSpec(
+        name="llama-2-70b",
+        num_hidden_layers=80,
+        hidden_size=8192,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=28672,
+        vocab_size=32000,
+        weight_dtype="float16",
+        source=_HF.format("meta-llama/Llama-2-70b-hf"),
+    ),
+    "mistral-7b": ModelSpec(
+        name="mistral-7b",
+        num_hidden_layers=32,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=14336,
+        vocab_size=32768,
+        source=_HF.format("mistralai/Mistral-7B-Instruct-v0.3"),
+    ),
+    "qwen2.5-7b": ModelSpec(
+        name="qwen2.5-7b",
+        num_hidden_layers=28,
+        hidden_size=3584,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        head_dim=128,
+        intermediate_size=18944,
+        vocab_size=152064,
+        source=_HF.format("Qwen/Qwen2.5-7B-Instruct"),
+    ),
+    "qwen2.5-14b": ModelSpec(
+        name="qwen2.5-14b",
+        num_hidden_layers=48,
+        hidden_size=5120,
+        num_attention_heads=40,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=13824,
+        vocab_size=152064,
+        source=_HF.format("Qwen/Qwen2.5-14B-Instruct"),
+    ),
+    "qwen2.5-72b": ModelSpec(
+        name="qwen2.5-72b",
+        num_hidden_layers=80,
+        hidden_size=8192,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=29568,
+        vocab_size=152064,
+        source=_HF.format("Qwen/Qwen2.5-72B-Instruct"),
+    ),
+    "qwen3-8b": ModelSpec(
+        name="qwen3-8b",
+        num_hidden_layers=36,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=12288,
+        vocab_size=151936,
+        source=_HF.format("Qwen/Qwen3-8B"),
+    ),
+    "qwen3-32b": ModelSpec(
+        name="qwen3-32b",
+        num_hidden_layers=64,
+        hidden_size=5120,
+        num_attention_heads=64,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=25600,
+        vocab_size=151936,
+        source=_HF.format("Qwen/Qwen3-32B"),
+    ),
+    "qwen3-30b-a3b": ModelSpec(
+        name="qwen3-30b-a3b",
+        num_hidden_layers=48,
+        hidden_size=2048,
+        num_attention_heads=32,
+        num_key_value_heads=4,
+        head_dim=128,
+        intermediate_size=6144,
+        vocab_size=151936,
+        num_local_experts=128,
+        num_experts_per_tok=8,
+        expert_intermediate_size=768,
+        source=_HF.format("Qwen/Qwen3-30B-A3B"),
+    ),
 }
-"""Model presets (``--model NAME``), the values of each model's ``config.json`` (all
-bfloat16, untied embeddings)."""
+"""Model presets (``--model NAME``), the values of each model's ``config.json`` (bfloat16
+but the Llama-2 models' float16; untied embeddings but Llama-3.2's; Qwen3-30B-A3B's
+``intermediate_size`` is its unused dense MLP size, ``moe_intermediate_size`` its experts')."""
+
+MODEL_ALIASES: dict[str, str] = {
+    "meta-llama/Llama-3.1-8B": "llama-3.1-8b",
+    "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
+    "meta-llama/Meta-Llama-3.1-8B": "llama-3.1-8b",
+    "meta-llama/Meta-Llama-3.1-8B-Instruct": "llama-3.1-8b",
+    "meta-llama/Llama-3.1-70B": "llama-3.1-70b",
+    "meta-llama/Llama-3.1-70B-Instruct": "llama-3.1-70b",
+    "meta-llama/Meta-Llama-3.1-70B": "llama-3.1-70b",
+    "meta-llama/Meta-Llama-3.1-70B-Instruct": "llama-3.1-70b",
+    "meta-llama/Llama-3.2-1B": "llama-3.2-1b",
+    "meta-llama/Llama-3.2-1B-Instruct": "llama-3.2-1b",
+    "meta-llama/Llama-3.2-3B": "llama-3.2-3b",
+    "meta-llama/Llama-3.2-3B-Instruct": "llama-3.2-3b",
+    "meta-llama/Llama-3.3-70B-Instruct": "llama-3.3-70b",
+    "meta-llama/Llama-2-7b-hf": "llama-2-7b",
+    "meta-llama/Llama-2-7b-chat-hf": "llama-2-7b",
+    "meta-llama/Llama-2-70b-hf": "llama-2-70b",
+    "meta-llama/Llama-2-70b-chat-hf": "llama-2-70b",
+    "mistralai/Mistral-7B-v0.3": "mistral-7b",
+    "mistralai/Mistral-7B-Instruct-v0.3": "mistral-7b",
+    "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b",
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": "mixtral-8x7b",
+    "Qwen/Qwen2.5-7B": "qwen2.5-7b",
+    "Qwen/Qwen2.5-7B-Instruct": "qwen2.5-7b",
+    "Qwen/Qwen2.5-14B": "qwen2.5-14b",
+    "Qwen/Qwen2.5-14B-Instruct": "qwen2.5-14b",
+    "Qwen/Qwen2.5-32B": "qwen2.5-32b",
+    "Qwen/Qwen2.5-32B-Instruct": "qwen2.5-32b",
+    "Qwen/Qwen2.5-72B": "qwen2.5-72b",
+    "Qwen/Qwen2.5-72B-Instruct": "qwen2.5-72b",
+    "Qwen/Qwen3-8B": "qwen3-8b",
+    "Qwen/Qwen3-8B-Base": "qwen3-8b",
+    "Qwen/Qwen3-32B": "qwen3-32b",
+    "Qwen/Qwen3-30B-A3B": "qwen3-30b-a3b",
+    "Qwen/Qwen3-30B-A3B-Base": "qwen3-30b-a3b",
+}
+"""Hugging Face repo ids of the presets (base and instruct models share a config), matched
+without case: ``--model meta-llama/Llama-3.1-8B-Instruct`` is ``llama-3.1-8b``. Nothing is
+downloaded; another model's ``config.json`` is given as a path."""
+
+_MODEL_KEYS = {alias.lower(): preset for alias, preset in MODEL_ALIASES.items()}
 
 _NVIDIA = "https://www.nvidia.com/en-us/data-center/{}/"
 
@@ -338,41 +578,155 @@ GPUS: dict[str, GpuSpec] = {
         memory_bytes=80 * GIB,
         link_bandwidth=300e9,
         source=_NVIDIA.format("a100") + " (SXM: 312 TFLOP/s bf16 dense, 2 039 GB/s,"
-        " NVLink 600 GB/s = 300 GB/s per direction)",
+        " NVLink 600 GB/s = 300 GB/s per direction; no FP8)",
+    ),
+    "a100-40gb": GpuSpec(
+        name="a100-40gb",
+        peak_flops=312e12,
+        hbm_bandwidth=1.555e12,
+        memory_bytes=40 * GIB,
+        link_bandwidth=300e9,
+        source=_NVIDIA.format("a100") + " (SXM 40 GB: 312 TFLOP/s bf16 dense, 1 555 GB/s,"
+        " NVLink 600 GB/s = 300 GB/s per direction; no FP8)",
     ),
     "h100-sxm": GpuSpec(
         name="h100-sxm",
         peak_flops=989e12,
+        fp8_peak_flops=1979e12,
         hbm_bandwidth=3.35e12,
         memory_bytes=80 * GIB,
         link_bandwidth=450e9,
         weight_read_efficiency=HOPPER_WEIGHT_READ_EFFICIENCY,
-        source=_NVIDIA.format("h100") + " (SXM: 989 TFLOP/s bf16 dense, 3.35 TB/s,"
-        " NVLink 900 GB/s = 450 GB/s per direction)",
+        source=_NVIDIA.format("h100") + " (SXM: 989 TFLOP/s bf16 and 1 979 fp8 dense,"
+        " 3.35 TB/s, NVLink 900 GB/s = 450 GB/s per direction)",
+    ),
+    "h100-pcie": GpuSpec(
+        name="h100-pcie",
+        peak_flops=756.5e12,
+        fp8_peak_flops=1513e12,
+        hbm_bandwidth=2.0e12,
+        memory_bytes=80 * GIB,
+        link_bandwidth=64e9,
+        weight_read_efficiency=HOPPER_WEIGHT_READ_EFFICIENCY,
+        source=_NVIDIA.format("h100") + " (PCIe: 1 513 TFLOP/s bf16 and 3 026 fp8 with"
+        " sparsity, half that dense; 80 GB at 2.0 TB/s; PCIe Gen5 x16, 128 GB/s = 64 GB/s"
+        " per direction: the NVLink bridge joins pairs of cards only)",
+    ),
+    "h100-nvl": GpuSpec(
+        name="h100-nvl",
+        peak_flops=835.5e12,
+        fp8_peak_flops=1670.5e12,
+        hbm_bandwidth=3.9e12,
+        memory_bytes=94_000_000_000,
+        link_bandwidth=300e9,
+        weight_read_efficiency=HOPPER_WEIGHT_READ_EFFICIENCY,
+        source=_NVIDIA.format("h100") + " (NVL: 1 671 TFLOP/s bf16 and 3 341 fp8 with"
+        " sparsity, half that dense; 94 GB at 3.9 TB/s; NVLink bridge 600 GB/s = 300 GB/s"
+        " per direction)",
     ),
     "h200": GpuSpec(
         name="h200",
         peak_flops=989e12,
+        fp8_peak_flops=1979e12,
         hbm_bandwidth=4.8e12,
         memory_bytes=141_000_000_000,
         link_bandwidth=450e9,
         weight_read_efficiency=HOPPER_WEIGHT_READ_EFFICIENCY,
-        source=_NVIDIA.format("h200") + " (SXM: 989 TFLOP/s bf16 dense, 141 GB at 4.8 TB/s,"
-        " NVLink 900 GB/s = 450 GB/s per direction)",
+        source=_NVIDIA.format("h200") + " (SXM: 989 TFLOP/s bf16 and 1 979 fp8 dense, 141 GB"
+        " at 4.8 TB/s, NVLink 900 GB/s = 450 GB/s per direction)",
+    ),
+    "h20": GpuSpec(
+        name="h20",
+        peak_flops=148e12,
+        fp8_peak_flops=296e12,
+        hbm_bandwidth=4.0e12,
+        memory_bytes=96_000_000_000,
+        link_bandwidth=450e9,
+        weight_read_efficiency=HOPPER_WEIGHT_READ_EFFICIENCY,
+        source="https://willitrunai.com/es/gpus/h20-96gb (NVIDIA publishes no public"
+        " datasheet: 148 TFLOP/s fp16 dense, 296 TOPS int8 = the fp8 rate on Hopper, 96 GB"
+        " HBM3 at 4.0 TB/s, NVLink 900 GB/s = 450 GB/s per direction)",
+    ),
+    "b200": GpuSpec(
+        name="b200",
+        peak_flops=2.25e15,
+        fp8_peak_flops=4.5e15,
+        hbm_bandwidth=8.0e12,
+        memory_bytes=180_000_000_000,
+        link_bandwidth=900e9,
+        weight_read_efficiency=HOPPER_WEIGHT_READ_EFFICIENCY,
+        source=_NVIDIA.format("hgx") + " (HGX B200, 8 GPUs: 36 PFLOP/s fp16/bf16 and 72"
+        " fp8 with sparsity, 1.44 TB of HBM3e at 64 TB/s; per GPU, dense: 2.25 and 4.5"
+        " PFLOP/s, 180 GB at 8 TB/s, NVLink 5 1.8 TB/s = 900 GB/s per direction)",
     ),
     "l40s": GpuSpec(
         name="l40s",
         peak_flops=362.05e12,
+        fp8_peak_flops=733e12,
         hbm_bandwidth=864e9,
         memory_bytes=48_000_000_000,
         link_bandwidth=32e9,
-        source=_NVIDIA.format("l40s") + " (362.05 TFLOP/s bf16 dense, 48 GB GDDR6 at"
-        " 864 GB/s, no NVLink: PCIe Gen4 x16, 64 GB/s = 32 GB/s per direction)",
+        source=_NVIDIA.format("l40s") + " (362.05 TFLOP/s bf16 and 733 fp8 dense, 48 GB"
+        " GDDR6 at 864 GB/s, no NVLink: PCIe Gen4 x16, 64 GB/s = 32 GB/s per direction)",
+    ),
+    "l4": GpuSpec(
+        name="l4",
+        peak_flops=121e12,
+        fp8_peak_flops=242.5e12,
+        hbm_bandwidth=300e9,
+        memory_bytes=24_000_000_000,
+        link_bandwidth=32e9,
+        source=_NVIDIA.format("l4") + " (242 TFLOP/s bf16 and 485 fp8 with sparsity, half"
+        " that dense; 24 GB GDDR6 at 300 GB/s; PCIe Gen4 x16, 64 GB/s = 32 GB/s per"
+        " direction)",
+    ),
+    "a10g": GpuSpec(
+        name="a10g",
+        peak_flops=70e12,
+        hbm_bandwidth=600e9,
+        memory_bytes=24_000_000_000,
+        link_bandwidth=32e9,
+        source="https://www.baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference/"
+        " (AWS G5's A10G: 70 TFLOP/s bf16 dense against the A10's 125, 24 GB GDDR6 at"
+        " 600 GB/s; PCIe Gen4 x16, 32 GB/s per direction; no FP8)",
+    ),
+    "mi300x": GpuSpec(
+        name="mi300x",
+        peak_flops=1307.4e12,
+        fp8_peak_flops=2614.9e12,
+        hbm_bandwidth=5.3e12,
+        memory_bytes=192_000_000_000,
+        link_bandwidth=448e9,
+        source="https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html"
+        " (1 307.4 TFLOP/s fp16/bf16 and 2 614.9 fp8 dense, 192 GB HBM3 at 5.3 TB/s,"
+        " 7 Infinity Fabric links of 128 GB/s = 448 GB/s per direction to the 7 others)",
     ),
 }
 """GPU presets (``--gpu NAME``): datasheet figures; the efficiency factors are the
 :class:`GpuSpec` defaults (``step_overhead_s`` from Vidur's fitted intercepts, see
-``docs/engines.md``)."""
+``docs/engines.md``: the Hopper and Blackwell parts take the H100's, the others the
+A100's)."""
+
+GPU_ALIASES: dict[str, str] = {
+    "a100": "a100-80gb",
+    "a100-80g": "a100-80gb",
+    "a100-sxm": "a100-80gb",
+    "a100-sxm4-80gb": "a100-80gb",
+    "a100-40g": "a100-40gb",
+    "a100-sxm4-40gb": "a100-40gb",
+    "h100": "h100-sxm",
+    "h100-80gb": "h100-sxm",
+    "h100-sxm5": "h100-sxm",
+    "h100-80gb-hbm3": "h100-sxm",
+    "h200-sxm": "h200",
+    "h20-96gb": "h20",
+    "b200-sxm": "b200",
+    "mi300": "mi300x",
+}
+"""Short names users type, and the names ``nvidia-smi``/``rocm-smi`` print (``NVIDIA
+H100 80GB HBM3``, ``NVIDIA A100-SXM4-40GB``, ``AMD Instinct MI300X``): matched without
+case, spaces and underscores read as ``-``, a leading ``nvidia-``, ``amd-instinct-`` or
+``amd-`` dropped (:func:`gpu_name`)."""
 
 
 # --------------------------------------------------------------------------- config.json
@@ -446,41 +800,148 @@ def _heads(path: str, table: dict[str, Any], hidden: int, heads: int) -> tuple[i
     return kv, _count(path, table, "head_dim", hidden // heads)
 
 
-_OTHER_MOE_KEYS = ("num_experts", "n_routed_experts", "moe_intermediate_size", "n_shared_experts")
-"""Keys of mixture-of-experts layouts other than Mixtral's (Qwen-MoE, DeepSeek): their
-shared experts and expert sizes are not modelled, so a config with them is refused rather
-than read as a dense model."""
+def _present(table: dict[str, Any], key: str) -> bool:
+    """Whether ``table[key]`` is set: not absent, null, 0, false or empty."""
+    value = table.get(key)
+    if isinstance(value, Number):
+        parsed = exact(value)
+        return parsed is None or parsed[0] != 0
+    return value not in (None, False, 0) and value != [] and value != {}
 
 
-def _experts(path: str, table: dict[str, Any]) -> tuple[int, int]:
-    """``(num_local_experts, num_experts_per_tok)``, ``(0, 0)`` for a dense model."""
-    other = [key for key in _OTHER_MOE_KEYS if table.get(key) not in (None, 0)]
-    if other and table.get("num_local_experts") is None:
+def _refuse_moe_layouts(path: str, table: dict[str, Any]) -> None:
+    """Refuse, naming the key, the mixture-of-experts layouts the roofline does not model:
+    shared experts (DeepSeek's ``n_routed_experts``/``n_shared_experts``, Qwen2-MoE's
+    ``shared_expert_intermediate_size``) and dense layers among the MoE ones
+    (``mlp_only_layers``, ``decoder_sparse_step`` other than 1)."""
+    for key in ("n_routed_experts", "n_shared_experts"):
+        if _present(table, key):
+            raise ModelConfigError(
+                f"{path}: key {key!r}: DeepSeek-style routed and shared experts are not"
+                " modelled (the reader takes Mixtral's num_local_experts or Qwen-MoE's"
+                " num_experts, without shared experts)"
+            )
+    if _present(table, "shared_expert_intermediate_size"):
         raise ModelConfigError(
-            f"{path}: key {other[0]!r}: a mixture of experts this reader does not model (it"
-            " reads Mixtral's num_local_experts and num_experts_per_tok)"
+            f"{path}: key 'shared_expert_intermediate_size': shared experts are not modelled"
+            f" (got {_kind(table['shared_expert_intermediate_size'])}; only 0 or absent)"
         )
-    if table.get("num_local_experts") is None and table.get("num_experts_per_tok") is None:
-        return 0, 0
-    experts = _count(path, table, "num_local_experts")
+    if _present(table, "mlp_only_layers"):
+        raise ModelConfigError(
+            f"{path}: key 'mlp_only_layers': dense layers among the MoE layers are not"
+            f" modelled (got {_kind(table['mlp_only_layers'])}; only [] or absent)"
+        )
+    step = _count(path, table, "decoder_sparse_step", 1)
+    if step != 1:
+        raise ModelConfigError(
+            f"{path}: key 'decoder_sparse_step': {step}: MoE in every {step}th layer only,"
+            " dense layers among the MoE layers are not modelled (only 1)"
+        )
+
+
+def _experts(path: str, table: dict[str, Any]) -> tuple[int, int, int]:
+    """``(experts, num_experts_per_tok, expert_intermediate_size)``, ``(0, 0, 0)`` for a
+    dense model. Experts: Mixtral's ``num_local_experts`` or Qwen-MoE's ``num_experts``
+    (with its ``moe_intermediate_size``, the MLP size of one expert)."""
+    _refuse_moe_layouts(path, table)
+    keys = [key for key in ("num_local_experts", "num_experts") if _present(table, key)]
+    if len(keys) == 2:
+        raise ModelConfigError(
+            f"{path}: key 'num_experts': give num_local_experts or num_experts, not both"
+        )
+    if not keys:
+        if table.get("num_experts_per_tok") is not None:
+            _count(path, table, "num_local_experts")  # missing: the error names it
+        if _present(table, "moe_intermediate_size"):
+            raise ModelConfigError(
+                f"{path}: key 'moe_intermediate_size': an expert size without experts"
+                " (num_local_experts or num_experts)"
+            )
+        return 0, 0, 0
+    (key,) = keys
+    experts = _count(path, table, key)
     per_tok = _count(path, table, "num_experts_per_tok")
     if per_tok > experts:
         raise ModelConfigError(
-            f"{path}: key 'num_experts_per_tok': {per_tok} is above num_local_experts ({experts})"
+            f"{path}: key 'num_experts_per_tok': {per_tok} is above {key} ({experts})"
         )
-    return experts, per_tok
+    # Qwen-MoE's experts have their own size; Mixtral's are intermediate_size.
+    size = _count(path, table, "moe_intermediate_size", None if key == "num_experts" else 0)
+    return experts, per_tok, size
 
 
-def _dtype(path: str, table: dict[str, Any]) -> int:
+def _dtype(path: str, table: dict[str, Any]) -> str:
     key = "torch_dtype" if "torch_dtype" in table else "dtype"
     value = table.get(key)
     if value is None:
-        return 2  # configs without a dtype: the bfloat16 every preset uses
+        return "bfloat16"  # configs without a dtype: the bfloat16 every preset uses
     if not isinstance(value, str) or isinstance(value, Number) or value not in _DTYPE_BYTES:
         raise ModelConfigError(
             f"{path}: key {key!r}: expected one of {', '.join(_DTYPE_BYTES)}, got {_kind(value)}"
         )
-    return _DTYPE_BYTES[value]
+    return value
+
+
+FP8_QUANT_METHODS = ("fp8", "fbgemm_fp8", "compressed-tensors")
+"""``quantization_config.quant_method`` values read as FP8 weights (compressed-tensors only
+when every config group's weights are 8-bit floats)."""
+
+
+def _fp8_groups(path: str, quant: dict[str, Any]) -> None:
+    """Check that every config group of a compressed-tensors config quantizes its weights
+    to 8-bit floats (``{"type": "float", "num_bits": 8}``), naming the first that does not."""
+    groups = quant.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        raise ModelConfigError(
+            f"{path}: key 'quantization_config.config_groups': expected a non-empty object,"
+            f" got {_kind(groups)}"
+        )
+    for name, group in groups.items():
+        key = f"quantization_config.config_groups.{name}.weights"
+        weights = group.get("weights") if isinstance(group, dict) else None
+        kind = weights.get("type") if isinstance(weights, dict) else None
+        bits = weights.get("num_bits") if isinstance(weights, dict) else None
+        parsed = exact(bits) if isinstance(bits, Number) else None
+        if kind != "float" or parsed is None or parsed[0] != 8:
+            got = (
+                f"type {_kind(kind)}, num_bits {_kind(bits)}"
+                if isinstance(weights, dict)
+                else _kind(weights)
+            )
+            raise ModelConfigError(
+                f"{path}: key {key!r}: {got} is not modelled (only 8-bit float weights,"
+                ' {"type": "float", "num_bits": 8}, are: other quantized weights would be'
+                " counted at the wrong size)"
+            )
+
+
+def _weight_dtype(path: str, table: dict[str, Any], dtype: str) -> str:
+    """``"fp8"`` for an FP8 checkpoint (``quantization_config``), else ``dtype``. Any other
+    quantization is refused: its weights are not ``dtype``'s size."""
+    quant = table.get("quantization_config")
+    if quant is None:
+        return dtype
+    if not isinstance(quant, dict):
+        raise ModelConfigError(
+            f"{path}: key 'quantization_config': expected an object, got {_kind(quant)}"
+        )
+    method = quant.get("quant_method")
+    if method is None:
+        raise ModelConfigError(f"{path}: key 'quantization_config.quant_method': missing")
+    if not isinstance(method, str) or isinstance(method, Number):
+        raise ModelConfigError(
+            f"{path}: key 'quantization_config.quant_method': expected a string, got"
+            f" {_kind(method)}"
+        )
+    if method not in FP8_QUANT_METHODS:
+        raise ModelConfigError(
+            f"{path}: key 'quantization_config.quant_method': {method!r} is not modelled"
+            f" (only FP8 weights: {', '.join(FP8_QUANT_METHODS)}; other quantized weights"
+            " would be counted at the wrong size)"
+        )
+    if method == "compressed-tensors":
+        _fp8_groups(path, quant)
+    return "fp8"
 
 
 def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
@@ -488,10 +949,13 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
 
     Required keys: ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
     ``intermediate_size``, ``vocab_size``; optional: ``num_key_value_heads`` (default: the
-    attention heads), ``head_dim`` (default: hidden / heads), ``num_local_experts`` and
-    ``num_experts_per_tok`` (MoE, both or neither), ``torch_dtype`` (or ``dtype``;
-    default bfloat16), ``tie_word_embeddings`` (default false). Other keys are ignored. A
-    missing key or a bad value raises :class:`ModelConfigError` naming the file and key.
+    attention heads), ``head_dim`` (default: hidden / heads), ``num_local_experts`` (Mixtral)
+    or ``num_experts`` with ``moe_intermediate_size`` (Qwen-MoE), each with
+    ``num_experts_per_tok``, ``torch_dtype`` (or ``dtype``; default bfloat16),
+    ``quantization_config`` (FP8 weights only), ``tie_word_embeddings`` (default false).
+    Other keys are ignored, but for the MoE layouts not modelled (shared experts, dense
+    layers among MoE ones), which are refused. A missing key or a bad value raises
+    :class:`ModelConfigError` naming the file and key.
     """
     name = os.fspath(path)
     table = _read_json(name, ModelConfigError)
@@ -506,7 +970,7 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
         )
     }
     kv, head_dim = _heads(name, table, counts["hidden_size"], counts["num_attention_heads"])
-    experts, per_tok = _experts(name, table)
+    experts, per_tok, expert_size = _experts(name, table)
     tied = table.get("tie_word_embeddings", False)
     if not isinstance(tied, bool):
         raise ModelConfigError(
@@ -515,21 +979,39 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
     label = table.get("_name_or_path")
     if not isinstance(label, str) or isinstance(label, Number) or not label:
         label = name
+    dtype = _dtype(name, table)
     return ModelSpec(
         name=label,
         num_key_value_heads=kv,
         head_dim=head_dim,
         num_local_experts=experts,
         num_experts_per_tok=per_tok,
-        dtype_bytes=_dtype(name, table),
+        expert_intermediate_size=expert_size,
+        dtype_bytes=_DTYPE_BYTES[dtype],
+        weight_dtype=_weight_dtype(name, table, dtype),
         tie_word_embeddings=tied,
         source=name,
-        **counts,  # type: ignore[arg-type]
+        **counts,
     )
 
 
+def _lookup(text: str) -> str:
+    """``text`` as an alias key: lower case, spaces and underscores read as ``-``."""
+    return "-".join(text.strip().lower().replace("_", " ").split())
+
+
+def model_name(text: str) -> str | None:
+    """The :data:`MODELS` preset ``text`` names (a preset or a Hugging Face repo id of
+    :data:`MODEL_ALIASES`, any case), or ``None``."""
+    key = text.strip().lower()
+    if key in MODELS:
+        return key
+    return _MODEL_KEYS.get(key)
+
+
 def resolve_model(model: str | os.PathLike[str] | ModelSpec) -> ModelSpec:
-    """A preset name of :data:`MODELS`, a ``config.json`` path, or a spec as is."""
+    """A preset name of :data:`MODELS` or a Hugging Face repo id of one (any case), a
+    ``config.json`` path (or a directory holding one), or a spec as is."""
     if isinstance(model, ModelSpec):
         return model
     if not isinstance(model, (str, os.PathLike)):
@@ -537,13 +1019,27 @@ def resolve_model(model: str | os.PathLike[str] | ModelSpec) -> ModelSpec:
             f"model must be a preset name, a config.json path or a ModelSpec, got {show(model)}"
         )
     text = path("model", model)
-    if text in MODELS:
-        return MODELS[text]
+    preset = model_name(text) if isinstance(model, str) else None
+    if preset is not None and not os.path.exists(text):
+        return MODELS[preset]
+    if os.path.isdir(text) and os.path.isfile(os.path.join(text, "config.json")):
+        return load_model_config(os.path.join(text, "config.json"))
     if not os.path.exists(text) and not text.lower().endswith(".json"):
+        if _REPO_ID.fullmatch(text):
+            raise ModelConfigError(
+                f"unknown model {text!r}: not the Hugging Face id of a preset, and nothing"
+                " is downloaded: save its config.json (https://huggingface.co/"
+                f"{text}/blob/main/config.json) and give its path"
+            )
         raise ModelConfigError(
             f"unknown model {text!r}: give a config.json path or one of {', '.join(MODELS)}"
+            " (or a preset's Hugging Face id: chunked-prefill engines --json lists them)"
         )
     return load_model_config(text)
+
+
+_REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+"""A Hugging Face repo id, ``owner/name``."""
 
 
 # --------------------------------------------------------------------------- GPU profiles
@@ -582,10 +1078,14 @@ def load_gpu_profile(path: str | os.PathLike[str]) -> GpuSpec:
     base: dict[str, Any] = {}
     preset = table.get("preset")
     if preset is not None:
-        if not isinstance(preset, str) or isinstance(preset, Number) or preset not in GPUS:
+        canonical = (
+            gpu_name(preset) if isinstance(preset, str) and not isinstance(preset, Number) else None
+        )
+        if canonical is None:
             raise ModelConfigError(
                 f"{name}: key 'preset': expected one of {', '.join(GPUS)}, got {_kind(preset)}"
             )
+        preset = canonical
         base = GPUS[preset].to_dict()
     values: dict[str, Any] = dict(base)
     values["source"] = name
@@ -613,19 +1113,35 @@ def load_gpu_profile(path: str | os.PathLike[str]) -> GpuSpec:
         raise ModelConfigError(f"{name}: {err}") from None
 
 
+def gpu_name(text: str) -> str | None:
+    """The :data:`GPUS` preset ``text`` names (a preset or a :data:`GPU_ALIASES` entry,
+    any case, ``nvidia-smi``'s spelling too), or ``None``."""
+    key = _lookup(text)
+    for prefix in ("nvidia-", "amd-instinct-", "amd-"):
+        if key.startswith(prefix) and key not in GPUS:
+            key = key[len(prefix) :]
+            break
+    if key in GPUS:
+        return key
+    return GPU_ALIASES.get(key)
+
+
 def resolve_gpu(gpu: str | os.PathLike[str] | GpuSpec) -> GpuSpec:
-    """A preset name of :data:`GPUS`, a profile path, or a spec as is."""
+    """A preset name of :data:`GPUS` or one of its :data:`GPU_ALIASES` (any case), a
+    profile path, or a spec as is."""
     if isinstance(gpu, GpuSpec):
         return gpu
     if not isinstance(gpu, (str, os.PathLike)):
         raise TypeError(f"gpu must be a preset name, a profile path or a GpuSpec, got {show(gpu)}")
     text = path("gpu", gpu)
-    if text in GPUS:
-        return GPUS[text]
+    preset = gpu_name(text) if isinstance(gpu, str) else None
+    if preset is not None and not os.path.exists(text):
+        return GPUS[preset]
     if not os.path.exists(text) and not text.lower().endswith((".json", ".toml")):
+        aliases = ", ".join(f"{k} ({v})" for k, v in GPU_ALIASES.items())
         raise ModelConfigError(
             f"unknown GPU {text!r}: give a profile path (.toml or .json) or one of"
-            f" {', '.join(GPUS)}"
+            f" {', '.join(GPUS)}; aliases: {aliases}"
         )
     return load_gpu_profile(text)
 
@@ -644,7 +1160,7 @@ def kv_memory(model: ModelSpec, gpu: GpuSpec, tp: int) -> KVMemory:
         layers=model.num_hidden_layers,
         kv_heads=model.kv_heads_per_gpu(tp),
         head_dim=model.head_dim,
-        dtype_bytes=model.dtype_bytes,
+        dtype_bytes=model.kv_element_bytes,
     )
 
 
@@ -681,6 +1197,8 @@ def engine_for(
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
     serving_engine: str | ServingEngine = DEFAULT_SERVING_ENGINE,
     attention_backend: str = DEFAULT_ATTENTION_BACKEND,
+    kv_cache_dtype: str = "auto",
+    quantization: str | None = None,
     **overrides: Any,
 ) -> tuple[RooflineModel, KVMemory]:
     """The step-time model and KV memory of ``model`` on ``tp`` GPUs of type ``gpu``.
@@ -690,7 +1208,9 @@ def engine_for(
     replace :class:`GpuSpec` fields (``peak_flops=...``, ``hbm_efficiency=...``);
     ``serving_engine`` and ``attention_backend`` name the software (:mod:`.software`:
     the serving engine's CPU costs, how prefill attention is charged; ``serving_engine``
-    may be a :class:`~.software.ServingEngine`, as a fitted profile gives). Returns
+    may be a :class:`~.software.ServingEngine`, as a fitted profile gives);
+    ``kv_cache_dtype`` and ``quantization`` are vLLM's ``--kv-cache-dtype`` and
+    ``--quantization`` (:func:`with_dtypes`). Returns
     ``(RooflineModel, KVMemory)``: pass them to ``simulate_serving(..., engine=...,
     memory=...)``. Raises :class:`ModelConfigError` for an unknown name or a bad file, and
     :class:`EngineFitError` when the model does not split across ``tp`` GPUs or its weights
@@ -704,7 +1224,7 @@ def engine_for(
     gpu_memory_utilization = real(
         "gpu_memory_utilization", gpu_memory_utilization, 0.0, 1.0, low_open=True
     )
-    spec = resolve_model(model)
+    spec = with_dtypes(resolve_model(model), kv_cache_dtype, quantization)
     card = resolve_gpu(gpu)
     if overrides:
         unknown = sorted(set(overrides) - _GPU_KEYS)
@@ -722,6 +1242,38 @@ def engine_for(
         raise ModelConfigError(str(err)) from None
     _check_times(roofline)
     return roofline, kv_memory(spec, card, tp)
+
+
+def with_dtypes(
+    model: ModelSpec, kv_cache_dtype: str = "auto", quantization: str | None = None
+) -> ModelSpec:
+    """``model`` served with vLLM's ``--kv-cache-dtype`` (a :data:`KV_CACHE_DTYPES` key:
+    ``auto`` keeps the model's, the fp8 ones store 1 byte per K/V element) and
+    ``--quantization`` (``None``, or ``"fp8"``: the linear weights quantized to FP8 at load).
+    A changed spec is named after what changed (``llama-3.1-8b (fp8 weights, fp8 KV)``).
+    Raises ``ValueError`` naming a value that is not one of these."""
+    if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise ValueError(
+            f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, got"
+            f" {show(kv_cache_dtype)}"
+        )
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise ValueError(
+            f"quantization must be None or one of {', '.join(QUANTIZATIONS)}, got"
+            f" {show(quantization)}"
+        )
+    changes: dict[str, Any] = {}
+    tags = []
+    if quantization == "fp8" and model.weight_dtype != "fp8":
+        changes["weight_dtype"] = "fp8"
+        tags.append("fp8 weights")
+    kv = KV_CACHE_DTYPES[kv_cache_dtype]
+    if kv and kv != model.kv_element_bytes:
+        changes["kv_dtype_bytes"] = kv
+        tags.append(f"{'fp8' if kv == 1 else kv_cache_dtype} KV")
+    if not changes:
+        return model
+    return replace(model, name=f"{model.name} ({', '.join(tags)})", **changes)
 
 
 _TIME_SOURCES = {

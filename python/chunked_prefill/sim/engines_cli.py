@@ -14,18 +14,26 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from .._args import UsageError, float_flag, int_flag, one_line
+from .._args import UsageError, float_flag, int_flag, list_of, one_line
 from .catalog import (
+    GPU_ALIASES,
     GPUS,
+    KV_CACHE_DTYPES,
+    MODEL_ALIASES,
     MODELS,
+    QUANTIZATIONS,
     TP_DEGREES,
     EngineFitError,
     EngineRangeError,
+    GpuSpec,
     ModelConfigError,
+    ModelSpec,
     engine_for,
     fits,
     kv_memory,
     resolve_gpu,
+    resolve_model,
+    with_dtypes,
 )
 from .engine import DEFAULT_GPU_MEMORY_UTILIZATION, GIB, KVMemory
 from .roofline import RooflineModel
@@ -56,6 +64,12 @@ REFERENCE_STEPS = {
 requests decoding at 2 048 tokens of context each, and one 2 048-token prompt chunk on an
 empty cache."""
 
+REFERENCE_CAPTION = (
+    "decode: one step of 64 requests each decoding at 2 048 tokens of context, on the whole"
+    " TP group; prefill: one 2 048-token chunk on an empty cache"
+)
+"""What the printed times measure (:data:`REFERENCE_STEPS`), under each table."""
+
 
 LINEAR_FLAGS = (
     ("--engine", "engine"),
@@ -70,21 +84,42 @@ LINEAR_FLAGS = (
 """The linear engine's flags and their ``argparse`` names: none goes with ``--model``."""
 
 
+def add_dtype_flags(g: Any) -> None:
+    """``--kv-cache-dtype`` and ``--quantization`` (vLLM's flags of the same names)."""
+    g.add_argument(
+        "--kv-cache-dtype",
+        choices=tuple(KV_CACHE_DTYPES),
+        metavar="DTYPE",
+        help="the KV cache's dtype, as vLLM's flag: auto (the model's), bfloat16, float16,"
+        " fp8, fp8_e4m3, fp8_e5m2 (1 byte per element: twice the KV blocks of 2-byte"
+        " ones); default: auto",
+    )
+    g.add_argument(
+        "--quantization",
+        choices=QUANTIZATIONS,
+        metavar="fp8",
+        help="quantize the model's linear weights to FP8 at load, as vLLM's --quantization"
+        " fp8 (an FP8 checkpoint's config.json says so itself)",
+    )
+
+
 def add_roofline_flags(p: argparse.ArgumentParser) -> None:
-    """``simulate``'s roofline flags: ``--model``, ``--gpu``, ``--tp`` and the GPU
-    overrides."""
+    """``simulate``'s roofline flags: ``--model``, ``--gpu``, ``--tp``, the dtypes and the
+    GPU overrides."""
     g = p.add_argument_group(
         "roofline engine (docs/engines.md; instead of --engine/--profile/coefficients)"
     )
     g.add_argument(
         "--model",
         metavar="NAME|config.json",
-        help=f"the model: a Hugging Face config.json or one of {', '.join(MODELS)}",
+        help=f"the model: a Hugging Face config.json, one of {', '.join(MODELS)}, or a"
+        " preset's Hugging Face id (meta-llama/Llama-3.1-8B-Instruct)",
     )
     g.add_argument(
         "--gpu",
         metavar="NAME|FILE",
-        help=f"the GPU: a profile (.toml/.json) or one of {', '.join(GPUS)} (needs --model)",
+        help=f"the GPU: a profile (.toml/.json) or one of {', '.join(GPUS)}, or an alias"
+        f" ({', '.join(GPU_ALIASES)}) (needs --model)",
     )
     g.add_argument(
         "--tp",
@@ -92,6 +127,7 @@ def add_roofline_flags(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="tensor-parallel degree: GPUs per replica (default: 1; needs --model)",
     )
+    add_dtype_flags(g)
     positive = float_flag(0.0, 1e30, low_open=True, what="a number")
     for flag, unit in (
         ("--gpu-tflops", "dense bf16/fp16 TFLOP/s"),
@@ -141,6 +177,18 @@ def software_flags(args: argparse.Namespace) -> tuple[str, ...]:
     return out
 
 
+DTYPE_FLAGS = (("--kv-cache-dtype", "kv_cache_dtype"), ("--quantization", "quantization"))
+"""The dtype flags and their ``argparse`` names: both go with ``--model`` only."""
+
+
+def dtype_args(args: argparse.Namespace) -> dict[str, Any]:
+    """``engine_for``'s ``kv_cache_dtype`` and ``quantization`` from the flags."""
+    return {
+        "kv_cache_dtype": getattr(args, "kv_cache_dtype", None) or "auto",
+        "quantization": getattr(args, "quantization", None),
+    }
+
+
 _OVERRIDES = (
     ("gpu_tflops", "peak_flops", 1e12),
     ("gpu_hbm_tbs", "hbm_bandwidth", 1e12),
@@ -160,6 +208,7 @@ def roofline_from_args(
         for k in ("gpu", "tp", *software)
         if getattr(args, k, None) is not None
     ]
+    given += [flag for flag, name in DTYPE_FLAGS if getattr(args, name, None) is not None]
     given += [f"--{a.replace('_', '-')}" for a, _, _ in _OVERRIDES if getattr(args, a) is not None]
     if args.model is None:
         if given:
@@ -187,6 +236,7 @@ def roofline_from_args(
             gpu,
             args.tp or 1,
             gpu_memory_utilization=utilization,
+            **dtype_args(args),
             **software_options(args),
         )
     except ModelConfigError as err:
@@ -239,35 +289,46 @@ def roofline_profile_from_args(
 
 
 def engine_rows(
-    utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION, block_size: int = 16
+    utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    block_size: int = 16,
+    *,
+    models: list[ModelSpec] | None = None,
+    gpus: list[GpuSpec] | None = None,
+    tps: list[int] | None = None,
+    kv_cache_dtype: str = "auto",
+    quantization: str | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per (model, GPU, TP) of the catalog: whether it fits, its KV blocks and
-    the roofline times of :data:`REFERENCE_STEPS` (the ``engines`` of ``--json``)."""
+    """One row per (model, GPU, TP) of the catalog (or of ``models``, ``gpus``, ``tps``):
+    whether it fits, its KV blocks and the roofline times of :data:`REFERENCE_STEPS` (the
+    ``engines`` of ``--json``), with the KV cache and weights in the dtypes asked for."""
     rows = []
-    for model in MODELS.values():
-        for gpu in GPUS.values():
-            for tp in TP_DEGREES:
-                why = fits(model, gpu, tp, utilization, block_size)
-                row: dict[str, Any] = {"model": model.name, "gpu": gpu.name, "tp": tp}
-                row["fits"] = why is None
-                row["reason"] = why
-                if why is None:
-                    engine, mem = engine_for(model, gpu, tp, gpu_memory_utilization=utilization)
-                    row["num_blocks"] = mem.num_blocks(block_size, utilization)
-                    row["kv_tokens"] = row["num_blocks"] * block_size
-                    row["weight_bytes_per_gpu"] = mem.weight_bytes
-                    row["kv_bytes_per_token"] = mem.bytes_per_token
-                    for key, shape in REFERENCE_STEPS.items():
-                        row[key] = engine.step_time(*shape)
-                else:
-                    mem = kv_memory(model, gpu, tp)
-                    row["num_blocks"] = None
-                    row["kv_tokens"] = None
-                    row["weight_bytes_per_gpu"] = mem.weight_bytes
-                    row["kv_bytes_per_token"] = mem.bytes_per_token
-                    row["decode_s"] = row["prefill_s"] = None
-                rows.append(row)
+    for base in models if models is not None else list(MODELS.values()):
+        model = with_dtypes(base, kv_cache_dtype, quantization)
+        for gpu in gpus if gpus is not None else list(GPUS.values()):
+            for tp in tps if tps is not None else TP_DEGREES:
+                rows.append(_row(model, base.name, gpu, tp, utilization, block_size))
     return rows
+
+
+def _row(
+    model: ModelSpec, name: str, gpu: GpuSpec, tp: int, utilization: float, block_size: int
+) -> dict[str, Any]:
+    why = fits(model, gpu, tp, utilization, block_size)
+    row: dict[str, Any] = {"model": name, "gpu": gpu.name, "tp": tp}
+    row["fits"] = why is None
+    row["reason"] = why
+    mem = kv_memory(model, gpu, tp)
+    row["num_blocks"] = mem.num_blocks(block_size, utilization) if why is None else None
+    row["kv_tokens"] = row["num_blocks"] * block_size if why is None else None
+    row["weight_bytes_per_gpu"] = mem.weight_bytes
+    row["kv_bytes_per_token"] = mem.bytes_per_token
+    if why is None:
+        engine, _ = engine_for(model, gpu, tp, gpu_memory_utilization=utilization)
+        for key, shape in REFERENCE_STEPS.items():
+            row[key] = engine.step_time(*shape)
+    else:
+        row["decode_s"] = row["prefill_s"] = None
+    return row
 
 
 def add_parser(subparsers: Any) -> None:
@@ -278,9 +339,31 @@ def add_parser(subparsers: Any) -> None:
         description="List the model and GPU presets of the roofline engine (simulate --model"
         " NAME --gpu NAME --tp N) and, for every (model, GPU, TP 1/2/4/8), whether the model"
         " fits and its KV-cache blocks per GPU, with the roofline's time for a 64-request"
-        " decode step at 2048 tokens of context and a 2048-token prefill chunk. Every bad"
+        " decode step at 2048 tokens of context and a 2048-token prefill chunk, one table"
+        " per TP degree (a step's time is the whole TP group's). Every bad"
         f" input is one line '{PROG}: error: ...' on stderr and exit status 2.",
     )
+    p.add_argument(
+        "--model",
+        type=list_of(str),
+        metavar="LIST",
+        help="only these models: a comma list of presets, their Hugging Face ids or"
+        " config.json paths (default: every preset)",
+    )
+    p.add_argument(
+        "--gpu",
+        type=list_of(str),
+        metavar="LIST",
+        help="only these GPUs: a comma list of presets, aliases or profiles (default: every"
+        " preset)",
+    )
+    p.add_argument(
+        "--tp",
+        type=list_of(int_flag(1, 1024)),
+        metavar="LIST",
+        help="only these tensor-parallel degrees, a comma list (default: 1,2,4,8)",
+    )
+    add_dtype_flags(p)
     p.add_argument(
         "--gpu-memory-utilization",
         type=float_flag(0.0, 1.0, low_open=True, what="a fraction"),
@@ -299,10 +382,37 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+def _selection(args: argparse.Namespace) -> tuple[list[ModelSpec], list[GpuSpec], list[int]]:
+    """The models, GPUs and TP degrees the filters keep (in their order, once each)."""
+    models, gpus = list(MODELS.values()), list(GPUS.values())
+    if args.model is not None:
+        try:
+            models = [resolve_model(m) for m in args.model]
+        except ModelConfigError as err:
+            raise UsageError(f"argument --model: {err}") from None
+    if args.gpu is not None:
+        try:
+            gpus = [resolve_gpu(g) for g in args.gpu]
+        except ModelConfigError as err:
+            raise UsageError(f"argument --gpu: {err}") from None
+    models = list({m.name: m for m in models}.values())
+    gpus = list({g.name: g for g in gpus}.values())
+    return models, gpus, list(dict.fromkeys(args.tp or TP_DEGREES))
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the catalog (a table, or ``--json``)."""
+    models, gpus, tps = _selection(args)
+    dtypes = dtype_args(args)
     try:
-        rows = engine_rows(args.gpu_memory_utilization, args.block_size)
+        rows = engine_rows(
+            args.gpu_memory_utilization,
+            args.block_size,
+            models=models,
+            gpus=gpus,
+            tps=tps,
+            **dtypes,
+        )
     except ValueError as err:  # pragma: no cover - the presets are checked by the tests
         print(f"{PROG}: error: {one_line(str(err))}", file=sys.stderr)
         return 2
@@ -310,17 +420,31 @@ def run(args: argparse.Namespace) -> int:
         doc = {
             "gpu_memory_utilization": args.gpu_memory_utilization,
             "block_size": args.block_size,
-            "models": {k: m.to_dict() for k, m in MODELS.items()},
-            "gpus": {k: g.to_dict() for k, g in GPUS.items()},
+            "models": {m.name: with_dtypes(m, **dtypes).to_dict() for m in models},
+            "gpus": {g.name: g.to_dict() for g in gpus},
             "engines": rows,
+            "tp": tps,
+            "kv_cache_dtype": dtypes["kv_cache_dtype"],
+            "quantization": dtypes["quantization"],
+            "reference_steps": REFERENCE_CAPTION,
+            "model_aliases": MODEL_ALIASES,
+            "gpu_aliases": GPU_ALIASES,
         }
         print(json.dumps(doc))
         return 0
-    _print_tables(rows, args.block_size, args.gpu_memory_utilization)
+    served = [with_dtypes(m, **dtypes) for m in models]
+    _print_tables(rows, served, gpus, tps, args.block_size, args.gpu_memory_utilization)
     return 0
 
 
-def _print_tables(rows: list[dict[str, Any]], block_size: int, utilization: float) -> None:
+def _print_tables(
+    rows: list[dict[str, Any]],
+    models: list[ModelSpec],
+    gpus: list[GpuSpec],
+    tps: list[int],
+    block_size: int,
+    utilization: float,
+) -> None:
     from rich.table import Table
 
     from .._stop import pipe_console as Console
@@ -328,54 +452,73 @@ def _print_tables(rows: list[dict[str, Any]], block_size: int, utilization: floa
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(width=100)
-    models = Table(title="models (--model)", title_justify="left")
-    for col in ("name", "layers", "hidden", "heads/kv", "params", "active", "KV/token"):
-        models.add_column(col, justify="left" if col == "name" else "right")
-    for m in MODELS.values():
-        models.add_row(
+    console.print(_models_table(models))
+    console.print(_gpus_table(gpus))
+    for tp in tps:
+        at_tp = [r for r in rows if r["tp"] == tp]
+        fit = [r for r in at_tp if r["fits"]]
+        left_out = len(at_tp) - len(fit)
+        gpus_word = "GPU" if tp == 1 else "GPUs"
+        title = (
+            f"TP {tp} ({tp} {gpus_word} per replica): KV blocks of {block_size} tokens per GPU"
+            f" at --gpu-memory-utilization {utilization:g}; ms per step of the replica"
+        )
+        if not fit:
+            console.print(f"{title}: none of the {len(at_tp)} (model, GPU) pairs fits")
+            continue
+        caption = REFERENCE_CAPTION
+        if left_out:
+            caption += f". {left_out} (model, GPU) pairs do not fit at TP {tp} (--json: why)"
+        grid = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+        grid.add_column("model", no_wrap=True)
+        grid.add_column("gpu", no_wrap=True)
+        for col in ("KV blocks", "KV tokens", "decode", "prefill"):
+            grid.add_column(col, justify="right")
+        for r in fit:
+            grid.add_row(
+                r["model"],
+                r["gpu"],
+                str(r["num_blocks"]),
+                str(r["kv_tokens"]),
+                f"{r['decode_s'] * 1e3:.1f}",
+                f"{r['prefill_s'] * 1e3:.1f}",
+            )
+        console.print(grid)
+
+
+def _models_table(models: list[ModelSpec]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="models (--model)", title_justify="left")
+    for col in ("name", "layers", "hidden", "heads/kv", "params", "active", "weights", "KV/token"):
+        table.add_column(col, justify="left" if col == "name" else "right")
+    for m in models:
+        table.add_row(
             m.name,
             str(m.num_hidden_layers),
             str(m.hidden_size),
             f"{m.num_attention_heads}/{m.num_key_value_heads}",
             f"{m.num_params / 1e9:.1f} B",
             f"{m.active_params / 1e9:.1f} B",
-            f"{m.kv_bytes_per_token() // 1024} KiB",
+            m.weight_dtype,
+            f"{m.kv_bytes_per_token() / 1024:g} KiB",
         )
-    gpus = Table(title="GPUs (--gpu)", title_justify="left")
-    for col in ("name", "TFLOP/s", "HBM TB/s", "memory", "link GB/s"):
-        gpus.add_column(col, justify="left" if col == "name" else "right")
-    for g in GPUS.values():
-        gpus.add_row(
+    return table
+
+
+def _gpus_table(gpus: list[GpuSpec]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="GPUs (--gpu)", title_justify="left")
+    for col in ("name", "TFLOP/s", "FP8", "HBM TB/s", "memory", "link GB/s"):
+        table.add_column(col, justify="left" if col == "name" else "right")
+    for g in gpus:
+        table.add_row(
             g.name,
             f"{g.peak_flops / 1e12:g}",
+            f"{g.fp8_peak_flops / 1e12:g}" if g.fp8_peak_flops else "-",
             f"{g.hbm_bandwidth / 1e12:g}",
             f"{g.memory_bytes / GIB:.1f} GiB",
             f"{g.link_bandwidth / 1e9:g}",
         )
-    times = console.width >= 90  # the step times need 18 columns more (--json has them)
-    grid = Table(
-        title=f"KV blocks of {block_size} tokens per GPU at --gpu-memory-utilization"
-        f" {utilization:g} ('-': does not fit)"
-        + ("; decode/prefill: ms per step at TP 1 or the smallest TP that fits" if times else ""),
-        title_justify="left",
-    )
-    grid.add_column("model", no_wrap=True)
-    grid.add_column("gpu")
-    for tp in TP_DEGREES:
-        grid.add_column(f"TP {tp}", justify="right")
-    if times:
-        grid.add_column("decode", justify="right")
-        grid.add_column("prefill", justify="right")
-    by_pair: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for row in rows:
-        by_pair.setdefault((row["model"], row["gpu"]), []).append(row)
-    for (model, gpu), cells in by_pair.items():
-        first = next((c for c in cells if c["fits"]), None)
-        blocks = [str(c["num_blocks"]) if c["fits"] else "-" for c in cells]
-        if times:
-            blocks.append(f"{first['decode_s'] * 1e3:.1f}" if first else "-")
-            blocks.append(f"{first['prefill_s'] * 1e3:.1f}" if first else "-")
-        grid.add_row(model, gpu, *blocks)
-    console.print(models)
-    console.print(gpus)
-    console.print(grid)
+    return table

@@ -12,8 +12,11 @@ from .catalog import GPUS, MODELS, EngineFitError, EngineRangeError, ModelConfig
 from .cli import engine_from_args
 from .engine import DEFAULT_ENGINE, DEFAULT_GPU_MEMORY_UTILIZATION, MEMORY_PRESETS
 from .engines_cli import (
+    DTYPE_FLAGS,
     LINEAR_FLAGS,
+    add_dtype_flags,
     add_software_flags,
+    dtype_args,
     roofline_profile_from_args,
     software_flags,
     software_options,
@@ -47,6 +50,7 @@ def add_roofline_lists(p: argparse.ArgumentParser) -> None:
         help="tensor-parallel degrees (GPUs per replica), a comma list; combinations that do"
         " not fit are left out (default: 1; needs --model)",
     )
+    add_dtype_flags(g)
     add_software_flags(g)
 
 
@@ -68,6 +72,9 @@ def engine_specs(args: argparse.Namespace) -> list[EngineSpec]:
         for flag in ("gpu", "tp", "serving_engine", "attention_backend"):
             if getattr(args, flag, None) is not None:
                 raise UsageError(f"argument --{flag.replace('_', '-')}: needs --model")
+        for flag, name in DTYPE_FLAGS:
+            if getattr(args, name, None) is not None:
+                raise UsageError(f"argument {flag}: needs --model")
         return _linear_specs(args)
     linear = [flag for flag, name in LINEAR_FLAGS if getattr(args, name, None) is not None]
     if linear:
@@ -88,6 +95,15 @@ def _linear_specs(args: argparse.Namespace) -> list[EngineSpec]:
 def _roofline_specs(args: argparse.Namespace) -> list[EngineSpec]:
     specs = []
     unfit = []
+    dtypes = dtype_args(args)
+    # The dtype flags given, for the reproducing simulate command line.
+    extra = [
+        item
+        for flag, name in DTYPE_FLAGS
+        if getattr(args, name, None) is not None
+        for item in (flag, getattr(args, name))
+    ]
+    extra += software_flags(args)
     for gpu in dict.fromkeys(args.gpu):
         for tp in dict.fromkeys(args.tp or [1]):
             try:
@@ -96,6 +112,7 @@ def _roofline_specs(args: argparse.Namespace) -> list[EngineSpec]:
                     gpu,
                     tp,
                     gpu_memory_utilization=utilization(args),
+                    **dtypes,
                     **software_options(args),
                 )
             except (ModelConfigError, EngineRangeError) as err:
@@ -103,7 +120,7 @@ def _roofline_specs(args: argparse.Namespace) -> list[EngineSpec]:
             except EngineFitError as err:
                 unfit.append(f"{gpu} at TP {tp}: {err}")
                 continue
-            flags = ("--model", args.model, "--gpu", gpu, "--tp", str(tp), *software_flags(args))
+            flags = ("--model", args.model, "--gpu", gpu, "--tp", str(tp), *extra)
             specs.append(EngineSpec(model, memory, tp, flags))
     if not specs:
         raise UsageError(f"arguments --model/--gpu/--tp: no combination fits ({unfit[0]})")

@@ -1,0 +1,441 @@
+"""The catalog (issue 23): every preset against its model card, the short names and Hugging
+Face ids, Qwen3-MoE configs and the MoE layouts refused, FP8 weights and KV dtypes, and
+``chunked-prefill engines``' filters and captions."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chunked_prefill.cli import main
+from chunked_prefill.sim.catalog import (
+    GPU_ALIASES,
+    GPUS,
+    MODEL_ALIASES,
+    MODELS,
+    GpuSpec,
+    ModelConfigError,
+    engine_for,
+    load_model_config,
+    resolve_gpu,
+    resolve_model,
+)
+from chunked_prefill.sim.engine import GIB
+from chunked_prefill.sim.engines_cli import REFERENCE_CAPTION
+
+
+def _write(tmp_path: Path, doc: Any, name: str = "config.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+# ------------------------------------------------------------------- presets and cards
+
+CARDS = {
+    # model: (parameters on the model card, where)
+    "llama-3.1-8b": (8.03e9, "huggingface.co/meta-llama/Llama-3.1-8B-Instruct: 8.03B"),
+    "llama-3.1-70b": (70.6e9, "huggingface.co/meta-llama/Llama-3.1-70B-Instruct: 70.6B"),
+    "llama-3.3-70b": (70.6e9, "huggingface.co/meta-llama/Llama-3.3-70B-Instruct: 70.6B"),
+    "llama-3.2-1b": (1.23e9, "huggingface.co/meta-llama/Llama-3.2-1B-Instruct: 1.23B"),
+    "llama-3.2-3b": (3.21e9, "huggingface.co/meta-llama/Llama-3.2-3B-Instruct: 3.21B"),
+    "llama-2-7b": (6.74e9, "huggingface.co/meta-llama/Llama-2-7b-hf: 6.74B (safetensors)"),
+    "llama-2-70b": (69.0e9, "huggingface.co/meta-llama/Llama-2-70b-hf: 69B (safetensors)"),
+    "mistral-7b": (7.25e9, "huggingface.co/mistralai/Mistral-7B-Instruct-v0.3: 7.25B"),
+    "mixtral-8x7b": (46.7e9, "huggingface.co/mistralai/Mixtral-8x7B-v0.1: 46.7B"),
+    "qwen2.5-7b": (7.61e9, "huggingface.co/Qwen/Qwen2.5-7B-Instruct: 7.61B"),
+    "qwen2.5-14b": (14.7e9, "huggingface.co/Qwen/Qwen2.5-14B-Instruct: 14.7B"),
+    "qwen2.5-32b": (32.5e9, "huggingface.co/Qwen/Qwen2.5-32B-Instruct: 32.5B"),
+    "qwen2.5-72b": (72.7e9, "huggingface.co/Qwen/Qwen2.5-72B-Instruct: 72.7B"),
+    "qwen3-8b": (8.2e9, "huggingface.co/Qwen/Qwen3-8B: 8.2B"),
+    "qwen3-32b": (32.8e9, "huggingface.co/Qwen/Qwen3-32B: 32.8B"),
+    "qwen3-30b-a3b": (30.5e9, "huggingface.co/Qwen/Qwen3-30B-A3B: 30.5B, 3.3B activated"),
+}
+
+
+def test_every_model_preset_has_its_card() -> None:
+    assert sorted(CARDS) == sorted(MODELS)
+
+
+@pytest.mark.parametrize("model", sorted(CARDS))
+def test_parameter_count_within_1_percent_of_the_card(model: str) -> None:
+    assert MODELS[model].num_params == pytest.approx(CARDS[model][0], rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("model", "active"),
+    [("mixtral-8x7b", 12.9e9), ("qwen3-30b-a3b", 3.3e9), ("llama-3.1-8b", 8.03e9)],
+)
+def test_active_parameters_as_the_cards_count_them(model: str, active: float) -> None:
+    # Mixtral's card: 12.9B active; Qwen3-30B-A3B's: 3.3B activated (embedding included).
+    assert MODELS[model].active_params == pytest.approx(active, rel=0.02)
+
+
+def test_gpu_presets_have_their_fp8_peak() -> None:
+    no_fp8 = {"a100-80gb", "a100-40gb", "a10g"}
+    for name, gpu in GPUS.items():
+        assert gpu.source.startswith("https://"), name
+        if name in no_fp8:
+            assert gpu.fp8_peak_flops == 0.0, name
+        else:
+            # Twice the bf16 rate, to the datasheets' rounding (L40S: 733 against 2 x 362.05).
+            assert 1.99 <= gpu.fp8_peak_flops / gpu.peak_flops <= 2.03, name
+    with pytest.raises(ValueError, match=r"^GPU x: fp8_peak_flops must be at least 0, got -1.0$"):
+        GpuSpec("x", 1e12, 1e12, GIB, 1e9, fp8_peak_flops=-1.0)
+
+
+# ------------------------------------------------------------------- names
+
+
+@pytest.mark.parametrize(
+    ("typed", "preset"),
+    [
+        ("H100", "h100-sxm"),
+        ("a100", "a100-80gb"),
+        ("A100-80G", "a100-80gb"),
+        ("h100-80gb", "h100-sxm"),
+        ("MI300", "mi300x"),
+        ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+        ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
+        ("AMD Instinct MI300X", "mi300x"),
+        ("NVIDIA L4", "l4"),
+        ("H100_PCIe", "h100-pcie"),
+    ],
+)
+def test_gpu_aliases_resolve_without_case(typed: str, preset: str) -> None:
+    assert resolve_gpu(typed) is GPUS[preset]
+    assert all(target in GPUS for target in GPU_ALIASES.values())
+
+
+@pytest.mark.parametrize(
+    ("typed", "preset"),
+    [
+        ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"),
+        ("meta-llama/Llama-3.1-8B", "llama-3.1-8b"),
+        ("META-LLAMA/llama-3.1-8b-instruct", "llama-3.1-8b"),
+        ("Qwen/Qwen2.5-32B-Instruct", "qwen2.5-32b"),
+        ("Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b"),
+        ("Llama-3.1-70B", "llama-3.1-70b"),
+    ],
+)
+def test_hugging_face_ids_are_aliases_of_the_presets(typed: str, preset: str) -> None:
+    assert resolve_model(typed) is MODELS[preset]
+    assert all(target in MODELS for target in MODEL_ALIASES.values())
+
+
+def test_reports_print_the_canonical_names() -> None:
+    engine, memory = engine_for("meta-llama/Llama-3.1-8B-Instruct", "H100", 2)
+    assert engine.name == "llama-3.1-8b on h100-sxm x TP 2"
+    assert memory.model == "llama-3.1-8b"
+
+
+def test_unknown_names_say_what_is_known() -> None:
+    with pytest.raises(ModelConfigError) as err:
+        resolve_gpu("b300")
+    assert str(err.value) == (
+        "unknown GPU 'b300': give a profile path (.toml or .json) or one of a100-80gb,"
+        " a100-40gb, h100-sxm, h100-pcie, h100-nvl, h200, h20, b200, l40s, l4, a10g, mi300x;"
+        " aliases: a100 (a100-80gb), a100-80g (a100-80gb), a100-sxm (a100-80gb),"
+        " a100-sxm4-80gb (a100-80gb), a100-40g (a100-40gb), a100-sxm4-40gb (a100-40gb),"
+        " h100 (h100-sxm), h100-80gb (h100-sxm), h100-sxm5 (h100-sxm), h100-80gb-hbm3"
+        " (h100-sxm), h200-sxm (h200), h20-96gb (h20), b200-sxm (b200), mi300 (mi300x)"
+    )
+    with pytest.raises(ModelConfigError) as err:
+        resolve_model("llama-9")
+    assert str(err.value) == (
+        "unknown model 'llama-9': give a config.json path or one of " + ", ".join(MODELS) + " (or"
+        " a preset's Hugging Face id: chunked-prefill engines --json lists them)"
+    )
+    with pytest.raises(ModelConfigError) as err:
+        resolve_model("deepseek-ai/DeepSeek-V3")
+    assert str(err.value) == (
+        "unknown model 'deepseek-ai/DeepSeek-V3': not the Hugging Face id of a preset, and"
+        " nothing is downloaded: save its config.json"
+        " (https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json) and give its"
+        " path"
+    )
+
+
+def test_a_directory_holding_a_config_json_is_a_model(tmp_path: Path) -> None:
+    _write(tmp_path, QWEN3_30B_A3B)
+    assert resolve_model(str(tmp_path)).num_local_experts == 128
+
+
+# ------------------------------------------------------------------- Qwen3-MoE
+
+QWEN3_30B_A3B = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "decoder_sparse_step": 1,
+    "head_dim": 128,
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "max_window_layers": 48,
+    "mlp_only_layers": [],
+    "model_type": "qwen3_moe",
+    "moe_intermediate_size": 768,
+    "norm_topk_prob": True,
+    "num_attention_heads": 32,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 48,
+    "num_key_value_heads": 4,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 151936,
+}
+"""Qwen/Qwen3-30B-A3B's config.json (the keys read, and some ignored)."""
+
+
+def test_a_qwen3_moe_config_reads_as_the_preset(tmp_path: Path) -> None:
+    spec = load_model_config(_write(tmp_path, QWEN3_30B_A3B))
+    assert spec.to_dict() | {"name": "", "source": ""} == MODELS["qwen3-30b-a3b"].to_dict() | {
+        "name": "",
+        "source": "",
+    }
+    assert (spec.num_local_experts, spec.num_experts_per_tok) == (128, 8)
+    assert spec.expert_intermediate_size == 768
+    assert spec.mlp_params == 3 * 2048 * 768  # one expert
+    assert spec.num_params == 30_532_110_336  # card: 30.5B
+    assert spec.active_params == 3_353_020_416  # card: 3.3B
+    # Per layer on one GPU: attention, 128 experts, the router, 2 norms; bf16.
+    attention = 2 * 2048 * 4096 + 2 * 2048 * 512
+    layer = attention + 128 * 3 * 2048 * 768 + 2048 * 128 + 2 * 2048
+    assert spec.weight_bytes_per_gpu(1) == 2 * (48 * layer + 2 * 151936 * 2048 + 2048)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"shared_expert_intermediate_size": 5632},
+            "key 'shared_expert_intermediate_size': shared experts are not modelled (got 5632;"
+            " only 0 or absent)",
+        ),
+        (
+            {"n_shared_experts": 2},
+            "key 'n_shared_experts': DeepSeek-style routed and shared experts are not modelled"
+            " (the reader takes Mixtral's num_local_experts or Qwen-MoE's num_experts, without"
+            " shared experts)",
+        ),
+        (
+            {"n_routed_experts": 256},
+            "key 'n_routed_experts': DeepSeek-style routed and shared experts are not modelled"
+            " (the reader takes Mixtral's num_local_experts or Qwen-MoE's num_experts, without"
+            " shared experts)",
+        ),
+        (
+            {"mlp_only_layers": [0, 47]},
+            "key 'mlp_only_layers': dense layers among the MoE layers are not modelled (got an"
+            " array; only [] or absent)",
+        ),
+        (
+            {"decoder_sparse_step": 2},
+            "key 'decoder_sparse_step': 2: MoE in every 2th layer only, dense layers among the"
+            " MoE layers are not modelled (only 1)",
+        ),
+        (
+            {"num_local_experts": 8},
+            "key 'num_experts': give num_local_experts or num_experts, not both",
+        ),
+        (
+            {"moe_intermediate_size": None},
+            "key 'moe_intermediate_size': expected a positive whole number, got null",
+        ),
+        (
+            {"num_experts_per_tok": 129},
+            "key 'num_experts_per_tok': 129 is above num_experts (128)",
+        ),
+    ],
+)
+def test_moe_layouts_not_modelled_are_refused(
+    tmp_path: Path, change: dict[str, Any], message: str
+) -> None:
+    path = _write(tmp_path, QWEN3_30B_A3B | change)
+    with pytest.raises(ModelConfigError) as err:
+        load_model_config(path)
+    assert str(err.value) == f"{path}: {message}"
+
+
+# ------------------------------------------------------------------- FP8 and dtypes
+
+LLAMA_8B = {
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 128256,
+}
+
+FP8_CONFIGS = {
+    # meta-llama/Llama-3.1-405B-Instruct-FP8
+    "fbgemm": {
+        "activation_scale_ub": 1200.0,
+        "modules_to_not_convert": ["lm_head"],
+        "quant_method": "fbgemm_fp8",
+    },
+    # Qwen/Qwen3-8B-FP8 (block-wise scales)
+    "fp8": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8"},
+    # RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8 (llm-compressor)
+    "compressed-tensors": {
+        "config_groups": {
+            "group_0": {
+                "input_activations": {"num_bits": 8, "strategy": "tensor", "type": "float"},
+                "targets": ["Linear"],
+                "weights": {"num_bits": 8, "strategy": "channel", "type": "float"},
+            }
+        },
+        "format": "float-quantized",
+        "ignore": ["lm_head"],
+        "quant_method": "compressed-tensors",
+    },
+}
+
+# Llama-3.1-8B's decoder linear weights per layer: Q, K, V, O and the gated MLP.
+LINEAR_8B = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336
+
+
+@pytest.mark.parametrize("kind", sorted(FP8_CONFIGS))
+def test_fp8_checkpoints_hold_their_linear_weights_in_one_byte(tmp_path: Path, kind: str) -> None:
+    path = _write(tmp_path, LLAMA_8B | {"quantization_config": FP8_CONFIGS[kind]})
+    spec = load_model_config(path)
+    assert (spec.weight_dtype, spec.weight_dtype_bytes, spec.dtype_bytes) == ("fp8", 1, 2)
+    # Linear weights at 1 byte; norms, embedding and LM head at 2.
+    want = 32 * (LINEAR_8B + 2 * 2 * 4096) + 2 * (2 * 128256 * 4096 + 4096)
+    assert spec.weight_bytes_per_gpu(1) == want == 9_081_200_640
+    assert spec.kv_bytes_per_token() == 131072  # the KV cache stays bf16
+    _, fp8 = engine_for(path, "h100-sxm")
+    _, bf16 = engine_for("llama-3.1-8b", "h100-sxm")
+    assert fp8.weight_bytes == want and bf16.weight_bytes == 16_060_522_496
+    assert fp8.num_blocks(16) == (int(80 * GIB * 0.9) - want - 2 * GIB) // 131072 // 16
+
+
+@pytest.mark.parametrize(
+    ("quant", "message"),
+    [
+        (
+            {"quant_method": "gptq", "bits": 4},
+            "key 'quantization_config.quant_method': 'gptq' is not modelled (only FP8 weights:"
+            " fp8, fbgemm_fp8, compressed-tensors; other quantized weights would be counted at"
+            " the wrong size)",
+        ),
+        (
+            {"quant_method": "awq", "bits": 4},
+            "key 'quantization_config.quant_method': 'awq' is not modelled",
+        ),
+        (
+            {"quant_method": "bitsandbytes", "load_in_4bit": True},
+            "key 'quantization_config.quant_method': 'bitsandbytes' is not modelled",
+        ),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "int"}}},
+            },
+            "key 'quantization_config.config_groups.group_0.weights': type 'int', num_bits 8 is"
+            ' not modelled (only 8-bit float weights, {"type": "float", "num_bits": 8}, are:'
+            " other quantized weights would be counted at the wrong size)",
+        ),
+        ({"load_in_8bit": True}, "key 'quantization_config.quant_method': missing"),
+        ("fp8", "key 'quantization_config': expected an object, got 'fp8'"),
+    ],
+)
+def test_other_quantizations_are_refused(tmp_path: Path, quant: Any, message: str) -> None:
+    path = _write(tmp_path, LLAMA_8B | {"quantization_config": quant})
+    with pytest.raises(ModelConfigError) as err:
+        load_model_config(path)
+    assert str(err.value).startswith(f"{path}: {message}")
+
+
+def test_an_fp8_kv_cache_doubles_the_blocks() -> None:
+    _, auto = engine_for("llama-3.1-8b", "h100-sxm")
+    engine, fp8 = engine_for("llama-3.1-8b", "h100-sxm", kv_cache_dtype="fp8")
+    assert fp8.weight_bytes == auto.weight_bytes
+    assert (auto.bytes_per_token, fp8.bytes_per_token) == (131072, 65536)
+    assert (auto.num_blocks(16), fp8.num_blocks(16)) == (28181, 56363)
+    assert engine.name == "llama-3.1-8b (fp8 KV) on h100-sxm"
+    # The roofline reads half the bytes per context token.
+    assert engine.kv_token_s == engine_for("llama-3.1-8b", "h100-sxm")[0].kv_token_s / 2
+    same, _ = engine_for("llama-3.1-8b", "h100-sxm", kv_cache_dtype="bfloat16")
+    assert same.name == "llama-3.1-8b on h100-sxm"
+
+
+def test_quantization_fp8_quantizes_the_linear_weights() -> None:
+    _, memory = engine_for("llama-3.1-8b", "l40s", quantization="fp8", kv_cache_dtype="fp8_e5m2")
+    assert memory.weight_bytes == 9_081_200_640 and memory.bytes_per_token == 65536
+    assert memory.model == "llama-3.1-8b (fp8 weights, fp8 KV)"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"kv_cache_dtype": "int8"},
+            "kv_cache_dtype must be one of auto, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2,"
+            " got 'int8'",
+        ),
+        ({"quantization": "awq"}, "quantization must be None or one of fp8, got 'awq'"),
+    ],
+)
+def test_bad_dtype_values_are_refused(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError) as err:
+        engine_for("llama-3.1-8b", "h100-sxm", **kwargs)
+    assert str(err.value) == message
+
+
+def test_simulate_kv_cache_dtype(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["simulate", "--model", "llama-3.1-8b", "--gpu", "h100", "--requests", "5"]
+    args += ["--chunk-size", "512", "--json"]
+    assert main([*args, "--kv-cache-dtype", "fp8"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    assert result["num_blocks"] == 56363
+    assert main(["simulate", "--requests", "5", "--quantization", "fp8"]) == 2
+    err = capsys.readouterr().err
+    assert err == "chunked-prefill simulate: error: argument --quantization: needs --model\n"
+
+
+# ------------------------------------------------------------------- engines
+
+
+def test_engines_filters(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["engines", "--model", "Meta-Llama/Llama-3.1-8B-Instruct,qwen3-30b-a3b"]
+    assert main([*argv, "--gpu", "H100,l4", "--tp", "2,1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc["models"]) == ["llama-3.1-8b", "qwen3-30b-a3b"]
+    assert list(doc["gpus"]) == ["h100-sxm", "l4"]
+    assert doc["tp"] == [2, 1] and doc["reference_steps"] == REFERENCE_CAPTION
+    keys = [(r["model"], r["gpu"], r["tp"]) for r in doc["engines"]]
+    assert keys == [
+        (m, g, tp)
+        for m in ("llama-3.1-8b", "qwen3-30b-a3b")
+        for g in ("h100-sxm", "l4")
+        for tp in (2, 1)
+    ]
+    assert main(["engines", "--gpu", "b300"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "chunked-prefill engines: error: argument --gpu: unknown GPU 'b300'"
+    )
+
+
+def test_engines_tables_say_what_the_times_measure(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    argv = ["engines", "--model", "llama-3.1-70b,llama-3.1-8b", "--gpu", "h100-sxm"]
+    assert main([*argv, "--tp", "1,4"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert REFERENCE_CAPTION in out
+    assert "TP 1 (1 GPU per replica): KV blocks of 16 tokens per GPU" in out
+    assert "TP 4 (4 GPUs per replica): KV blocks of 16 tokens per GPU" in out
+    assert "1 (model, GPU) pairs do not fit at TP 1" in out  # 70B on one H100
+    # Each TP's rows are in its own table: the 70B row appears once, under TP 4.
+    assert len(re.findall(r"│ llama-3.1-70b", out)) == 2  # models table + TP 4
+    assert out.index("TP 4 (") < out.rindex("│ llama-3.1-70b")
+    assert main([*argv, "--tp", "1", "--quantization", "fp8"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "llama-3.1-70b (fp8 weights)" in out and "do not fit" not in out  # one H100
