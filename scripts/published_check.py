@@ -99,12 +99,32 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 def serving_engine(row: Row) -> str:
-    """The :data:`~chunked_prefill.sim.software.SERVING_ENGINES` name of a row's engine."""
+    """The :data:`~chunked_prefill.sim.software.SERVING_ENGINES` name of a row's engine.
+
+    vLLM before 0.8 is V0 (V1 became the default in 0.8, March 2025); the vLLM rows whose
+    version is unknown come from 2024 (PRs #2542, #3240, #4002, the CI builds, Oracle's
+    blog), so they are V0 too. NIM's FP8 TP profiles run TensorRT-LLM."""
     if row.engine == "vllm":
-        v0 = _version(row.engine_version) < (0, 8) and _version(row.engine_version) != ()
-        name = "vllm-v0" if v0 else "vllm"
+        version = _version(row.engine_version)
+        name = "vllm-v0" if version == () or version < (0, 8) else "vllm"
         return name + "-eager" if row.cuda_graphs == "no" else name
+    if row.engine == "nim":
+        return "tensorrt-llm"
     return row.engine
+
+
+NOT_MODELLED = {
+    "Qwen/Qwen2-57B-A14B-Instruct": "shared experts (shared_expert_intermediate_size) are not"
+    " modelled: the catalog refuses the config",
+}
+"""Models of the CSV the roofline cannot take, and why."""
+
+
+def model_and_quantization(row: Row) -> tuple[str, str | None]:
+    """The catalog model of a row and its ``quantization``: an ``-FP8`` checkpoint is its
+    base model with FP8 linear weights (the CSV's ``weight_dtype`` says fp8)."""
+    model = row.model.removesuffix("-FP8")
+    return model, "fp8" if row.weight_dtype == "fp8" else None
 
 
 def sim_config(row: Row) -> ServingSimConfig:
@@ -112,7 +132,7 @@ def sim_config(row: Row) -> ServingSimConfig:
     measurements) prefill every prompt whole in one step; vLLM V1 and SGLang chunk."""
     whole = row.batch * row.input_len
     running = max(256, row.batch)
-    if serving_engine(row).startswith("vllm-v0") or row.engine == "tensorrt-llm":
+    if serving_engine(row).startswith("vllm-v0") or serving_engine(row) == "tensorrt-llm":
         return ServingSimConfig(
             chunk_size=None,
             token_budget=whole + row.batch,
@@ -132,13 +152,14 @@ def sim_config(row: Row) -> ServingSimConfig:
 
 def predict(row: Row) -> float:
     """The row's metric as the simulator predicts it, in the row's unit."""
+    model, quantization = model_and_quantization(row)
     engine, memory = engine_for(
-        row.model,
+        model,
         row.gpu,
         row.tp,
         serving_engine=serving_engine(row),
         kv_cache_dtype="fp8" if row.kv_dtype == "fp8" else "auto",
-        quantization="fp8" if row.weight_dtype == "fp8" else None,
+        quantization=quantization,
     )
     requests = [Request(0.0, row.input_len, row.output_len)] * row.batch
     (result,) = simulate_serving(
@@ -152,42 +173,114 @@ def predict(row: Row) -> float:
     elif row.metric == "e2e":
         value = float(np.max(finish))
     elif row.metric == "gen_tps":
-        return row.output_len / float(np.mean(finish))
+        # Qwen3's page counts prompt and generated tokens, Qwen2's and Qwen2.5's only the
+        # generated ones (examples/published/README.md).
+        tokens = row.output_len + (row.input_len if "Qwen3" in row.source else 0)
+        return tokens / float(np.mean(finish))
     else:
         raise ValueError(f"{row.id}: unknown metric {row.metric!r}")
     return value * {"ms": 1e3, "s": 1.0}[row.unit]
+
+
+BEFORE_CSV = ROOT / "examples" / "published" / "predicted_before.csv"
+"""The roofline's predictions before issue 23 (commit 36ca3ca), empty where it could not
+predict the row (FP8, a GPU or a Qwen-MoE layout it did not have)."""
+
+
+def read_before(path: Path = BEFORE_CSV) -> dict[str, float | None]:
+    """The earlier predictions of ``path`` by row id."""
+    with path.open(newline="") as f:
+        return {
+            r["id"]: float(r["predicted"]) if r["predicted"] else None for r in csv.DictReader(f)
+        }
+
+
+def group(row: Row) -> str:
+    """The summary group of a row: its engine and where it was measured."""
+    return f"{serving_engine(row).removesuffix('-eager')} on {row.gpu}"
+
+
+def summary(errors: list[float]) -> str:
+    """Median and largest error, and how many are over 15 %."""
+    return (
+        f"{len(errors)} points: median error {statistics.median(errors):.1%},"
+        f" max {max(errors):.1%}, over 15 %: {sum(e > 0.15 for e in errors)}"
+    )
+
+
+def condition(row: Row) -> str:
+    """A row's conditions, short."""
+    dtype = row.weight_dtype + (", fp8 KV" if row.kv_dtype == "fp8" else "")
+    return (
+        f"{row.model.split('/')[-1]}, TP{row.tp} {row.gpu}, {dtype}, {serving_engine(row)},"
+        f" batch {row.batch}, {row.input_len} in / {row.output_len} out"
+    )
+
+
+def _ratio(value: float | None, published: float) -> str:
+    return "-" if value is None else f"{value / published:.2f}"
+
+
+def markdown(rows: list[Row], predicted: list[float], before: dict[str, float | None]) -> None:
+    """The table docs/engines.md shows, then the summaries."""
+    print("| id | conditions | metric | published | before | ratio | now | ratio |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for row, got in zip(rows, predicted):
+        old = before.get(row.id)
+        print(
+            f"| {row.id} | {condition(row)} | {row.metric} | {row.published:.4g} {row.unit} |"
+            f" {'-' if old is None else f'{old:.4g}'} | {_ratio(old, row.published)} |"
+            f" {got:.4g} | {_ratio(got, row.published)} |"
+        )
+
+
+def summaries(rows: list[Row], predicted: list[float], before: dict[str, float | None]) -> None:
+    """Error summaries: all rows, the issue's, by engine and GPU, and the earlier model's."""
+    errors = {row.id: abs(got / row.published - 1) for row, got in zip(rows, predicted)}
+    print(f"\nall: {summary(list(errors.values()))}")
+    issue = [errors[r.id] for r in rows if r.split == "issue"]
+    if issue:
+        print(f"the issue's points: {summary(issue)}")
+    vllm = [errors[r.id] for r in rows if r.engine == "vllm"]
+    if vllm:
+        print(f"vLLM's rows: {summary(vllm)}")
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        groups.setdefault(group(r), []).append(errors[r.id])
+    for name, errs in groups.items():
+        print(f"  {name}: {summary(errs)}")
+    old = {r.id: before.get(r.id) for r in rows}
+    for name, chosen in (("issue's", "issue"), ("predictable", "all")):
+        known = [r for r in rows if old[r.id] is not None and chosen in ("all", r.split)]
+        if known:
+            was = [abs(old[r.id] / r.published - 1) for r in known]  # type: ignore[operator]
+            print(f"the earlier model on the {name} rows it could predict: {summary(was)}")
+            print(f"  now: {summary([errors[r.id] for r in known])}")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--csv", type=Path, default=DEFAULT_CSV)
     p.add_argument("--split", default="all", help="issue, extra or all")
-    p.add_argument("--markdown", action="store_true", help="a Markdown table")
+    p.add_argument("--markdown", action="store_true", help="the table docs/engines.md shows")
     args = p.parse_args(argv)
     rows = [r for r in read_rows(args.csv) if args.split in ("all", r.split)]
-    errors = []
+    for model, why in NOT_MODELLED.items():
+        left = sum(r.model == model for r in rows)
+        if left:
+            print(f"left out: {left} rows of {model}: {why}", file=sys.stderr)
+    rows = [r for r in rows if r.model not in NOT_MODELLED]
+    predicted = [predict(row) for row in rows]
+    before = read_before()
     if args.markdown:
-        print("| id | condition | published | predicted | ratio |")
-        print("| --- | --- | ---: | ---: | ---: |")
-    for row in rows:
-        got = predict(row)
-        ratio = got / row.published
-        errors.append(abs(ratio - 1))
-        cond = (
-            f"{row.model} TP{row.tp} {row.gpu} {row.weight_dtype}"
-            f"{' kv-fp8' if row.kv_dtype == 'fp8' else ''}, {serving_engine(row)},"
-            f" batch {row.batch}, {row.input_len} in / {row.output_len} out, {row.metric}"
-        )
-        if args.markdown:
-            print(f"| {row.id} | {cond} | {row.published:g} {row.unit} | {got:.4g} | {ratio:.2f} |")
-        else:
-            print(f"{row.id:32} {cond:90} {row.published:10.4g} {got:10.4g} {ratio:6.2f}")
-    if errors:
-        print(
-            f"\n{len(errors)} points: median error {statistics.median(errors):.1%},"
-            f" max {max(errors):.1%}, over 15 %: {sum(e > 0.15 for e in errors)}",
-            file=sys.stderr if args.markdown else sys.stdout,
-        )
+        markdown(rows, predicted, before)
+    else:
+        for row, got in zip(rows, predicted):
+            print(
+                f"{row.id:40} {condition(row):80} {row.metric:8}"
+                f" {row.published:10.4g} {got:10.4g} {got / row.published:6.2f}"
+            )
+    summaries(rows, predicted, before)
     return 0
 
 

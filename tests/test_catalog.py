@@ -54,6 +54,9 @@ CARDS = {
     "qwen3-8b": (8.2e9, "huggingface.co/Qwen/Qwen3-8B: 8.2B"),
     "qwen3-32b": (32.8e9, "huggingface.co/Qwen/Qwen3-32B: 32.8B"),
     "qwen3-30b-a3b": (30.5e9, "huggingface.co/Qwen/Qwen3-30B-A3B: 30.5B, 3.3B activated"),
+    "qwen3-235b-a22b": (235e9, "huggingface.co/Qwen/Qwen3-235B-A22B: 235B, 22B activated"),
+    "mixtral-8x22b": (141e9, "huggingface.co/mistralai/Mixtral-8x22B-v0.1: 141B, 39B active"),
+    "llama-3.1-405b": (406e9, "huggingface.co/meta-llama/Llama-3.1-405B-Instruct: 406B"),
 }
 
 
@@ -68,7 +71,13 @@ def test_parameter_count_within_1_percent_of_the_card(model: str) -> None:
 
 @pytest.mark.parametrize(
     ("model", "active"),
-    [("mixtral-8x7b", 12.9e9), ("qwen3-30b-a3b", 3.3e9), ("llama-3.1-8b", 8.03e9)],
+    [
+        ("mixtral-8x7b", 12.9e9),
+        ("qwen3-30b-a3b", 3.3e9),
+        ("llama-3.1-8b", 8.03e9),
+        ("qwen3-235b-a22b", 22e9),
+        ("mixtral-8x22b", 39e9),
+    ],
 )
 def test_active_parameters_as_the_cards_count_them(model: str, active: float) -> None:
     # Mixtral's card: 12.9B active; Qwen3-30B-A3B's: 3.3B activated (embedding included).

@@ -517,6 +517,44 @@ MODELS: dict[str, ModelSpec] = {
         expert_intermediate_size=768,
         source=_HF.format("Qwen/Qwen3-30B-A3B"),
     ),
+    "qwen3-235b-a22b": ModelSpec(
+        name="qwen3-235b-a22b",
+        num_hidden_layers=94,
+        hidden_size=4096,
+        num_attention_heads=64,
+        num_key_value_heads=4,
+        head_dim=128,
+        intermediate_size=12288,
+        vocab_size=151936,
+        num_local_experts=128,
+        num_experts_per_tok=8,
+        expert_intermediate_size=1536,
+        source=_HF.format("Qwen/Qwen3-235B-A22B"),
+    ),
+    "mixtral-8x22b": ModelSpec(
+        name="mixtral-8x22b",
+        num_hidden_layers=56,
+        hidden_size=6144,
+        num_attention_heads=48,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=16384,
+        vocab_size=32768,
+        num_local_experts=8,
+        num_experts_per_tok=2,
+        source=_HF.format("mistralai/Mixtral-8x22B-Instruct-v0.1"),
+    ),
+    "llama-3.1-405b": ModelSpec(
+        name="llama-3.1-405b",
+        num_hidden_layers=126,
+        hidden_size=16384,
+        num_attention_heads=128,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=53248,
+        vocab_size=128256,
+        source=_HF.format("meta-llama/Llama-3.1-405B-Instruct"),
+    ),
 }
 """Model presets (``--model NAME``), the values of each model's ``config.json`` (bfloat16
 but the Llama-2 models' float16; untied embeddings but Llama-3.2's; Qwen3-30B-A3B's
@@ -557,6 +595,23 @@ MODEL_ALIASES: dict[str, str] = {
     "Qwen/Qwen3-32B": "qwen3-32b",
     "Qwen/Qwen3-30B-A3B": "qwen3-30b-a3b",
     "Qwen/Qwen3-30B-A3B-Base": "qwen3-30b-a3b",
+    "Qwen/Qwen3-235B-A22B": "qwen3-235b-a22b",
+    "mistralai/Mixtral-8x22B-v0.1": "mixtral-8x22b",
+    "mistralai/Mixtral-8x22B-Instruct-v0.1": "mixtral-8x22b",
+    "meta-llama/Llama-3.1-405B": "llama-3.1-405b",
+    "meta-llama/Llama-3.1-405B-Instruct": "llama-3.1-405b",
+    "meta-llama/Meta-Llama-3.1-405B": "llama-3.1-405b",
+    "meta-llama/Meta-Llama-3.1-405B-Instruct": "llama-3.1-405b",
+    # Same layers, widths and vocabulary as a preset; what differs (RoPE scaling, the
+    # context length) costs nothing in a step.
+    "meta-llama/Meta-Llama-3-8B": "llama-3.1-8b",
+    "meta-llama/Meta-Llama-3-8B-Instruct": "llama-3.1-8b",
+    "meta-llama/Meta-Llama-3-70B": "llama-3.1-70b",
+    "meta-llama/Meta-Llama-3-70B-Instruct": "llama-3.1-70b",
+    "Qwen/Qwen2-7B": "qwen2.5-7b",
+    "Qwen/Qwen2-7B-Instruct": "qwen2.5-7b",
+    "Qwen/Qwen2-72B": "qwen2.5-72b",
+    "Qwen/Qwen2-72B-Instruct": "qwen2.5-72b",
 }
 """Hugging Face repo ids of the presets (base and instruct models share a config), matched
 without case: ``--model meta-llama/Llama-3.1-8B-Instruct`` is ``llama-3.1-8b``. Nothing is

@@ -1,0 +1,80 @@
+"""The roofline against published measurements: docs/engines.md's table is what
+scripts/published_check.py prints, and the error targets it reports hold where met."""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "published_check", ROOT / "scripts" / "published_check.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["published_check"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+check = _script()
+ROWS = [r for r in check.read_rows(check.DEFAULT_CSV) if r.model not in check.NOT_MODELLED]
+
+
+def _errors(rows: list[object]) -> list[float]:
+    return [abs(check.predict(r) / r.published - 1) for r in rows]
+
+
+def test_the_docs_table_is_what_the_script_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    assert check.main(["--markdown"]) == 0
+    out = capsys.readouterr().out
+    table, _, summaries = out.partition("\n\nall:")
+    docs = (ROOT / "docs" / "engines.md").read_text(encoding="utf-8")
+    assert table.strip() in docs
+    assert "all:" + summaries.rstrip() in docs
+
+
+def test_the_issues_points_median_within_8_percent() -> None:
+    issue = [r for r in ROWS if r.split == "issue"]
+    assert len(issue) == 8
+    assert statistics.median(_errors(issue)) <= 0.08
+
+
+def test_vllm_rows_median_within_8_percent() -> None:
+    vllm = [r for r in ROWS if r.engine == "vllm"]
+    assert len(vllm) == 67
+    assert statistics.median(_errors(vllm)) <= 0.08
+
+
+def test_vllm_on_a100_and_h200_median_within_5_percent() -> None:
+    rows = [r for r in ROWS if r.engine == "vllm" and r.gpu in ("a100-80gb", "h200")]
+    assert statistics.median(_errors(rows)) <= 0.05
+
+
+def test_each_engine_has_its_serving_engine_and_rule() -> None:
+    by_id = {r.id: r for r in ROWS}
+    eager = by_id["issue-qwen25-32b-tp1-eager-in1"]
+    assert check.serving_engine(eager) == "vllm-v0-eager"
+    assert check.sim_config(eager).chunk_size is None  # V0 prefills each prompt whole
+    sglang = by_id["q3-8b-bf16-tp1-in1"]
+    assert check.serving_engine(sglang) == "sglang"
+    assert check.sim_config(sglang).chunk_size == check.SGLANG_CHUNK
+    nim = by_id["nim-llama33-70b-fp8-tp2-h100-in500-ttft"]
+    assert check.serving_engine(nim) == "tensorrt-llm"
+    assert check.model_and_quantization(by_id["q3-8b-fp8-tp1-in1"]) == ("Qwen/Qwen3-8B", "fp8")
+
+
+def test_qwen3_speed_counts_the_prompt_tokens() -> None:
+    # Qwen3's page: speed = (prompt + generated tokens) / time; Qwen2.5's: generated / time.
+    by_id = {r.id: r for r in ROWS}
+    short, long = by_id["q3-8b-bf16-tp1-in1"], by_id["q3-8b-bf16-tp1-in30720"]
+    # The long prompt's speed is far above the short one's only because the prompt counts.
+    assert check.predict(long) > 5 * check.predict(short)
