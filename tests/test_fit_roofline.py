@@ -290,6 +290,9 @@ def test_fit_flag_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         ('kind = "roofline"\nmodel = "llama-3.1-8b"\ngpu = "h100-sxm"\n', ["--gpu", "l40s"],
          "argument --gpu: not with --profile {p}, a roofline profile (it names the model, GPU,"
          " TP and software)"),
+        ('kind = "roofline"\nmodel = "llama-3.1-8b"\ngpu = "h100-sxm"\n', ["--quantization", "fp8"],
+         "argument --quantization: not with --profile {p}, a roofline profile (it keeps no"
+         " dtypes: the model's own are used)"),
         ('kind = "roofline"\nmodel = "llama-3.1-8b"\ngpu = "h100-sxm"\n', ["--c0", "0.001"],
          "argument --c0: not with --profile {p}, a roofline profile (it names the model, GPU,"
          " TP and software)"),

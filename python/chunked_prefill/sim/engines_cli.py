@@ -251,10 +251,12 @@ _PROFILE_CONFLICTS = (
     ("--tp", "tp"),
     ("--serving-engine", "serving_engine"),
     ("--attention-backend", "attention_backend"),
+    *DTYPE_FLAGS,
     *((f"--{a.replace('_', '-')}", a) for a, _, _ in _OVERRIDES),
     *(pair for pair in LINEAR_FLAGS if pair[0] != "--profile"),
 )
-"""The flags a roofline profile replaces (it names the model, GPU, TP and software)."""
+"""The flags a roofline profile replaces (it names the model, GPU, TP and software) or
+does not take (it keeps no dtypes: the model's own are used)."""
 
 
 def roofline_profile_from_args(
@@ -277,9 +279,13 @@ def roofline_profile_from_args(
         raise UsageError(f"argument --profile: {err}") from None
     for flag, name in _PROFILE_CONFLICTS:
         if getattr(args, name, None) is not None:
+            why = (
+                "keeps no dtypes: the model's own are used"
+                if (flag, name) in DTYPE_FLAGS
+                else "names the model, GPU, TP and software"
+            )
             raise UsageError(
-                f"argument {flag}: not with --profile {path}, a roofline profile (it names the"
-                " model, GPU, TP and software)"
+                f"argument {flag}: not with --profile {path}, a roofline profile (it {why})"
             )
     try:
         engine, memory = profile.build(utilization)
