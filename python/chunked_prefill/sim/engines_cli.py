@@ -167,18 +167,25 @@ def software_options(args: argparse.Namespace) -> dict[str, str]:
     }
 
 
-def software_flags(args: argparse.Namespace) -> tuple[str, ...]:
-    """The software flags given, to repeat in a ``simulate`` command line."""
-    out: tuple[str, ...] = ()
-    for flag in ("serving_engine", "attention_backend"):
-        value = getattr(args, flag, None)
-        if value is not None:
-            out += (f"--{flag.replace('_', '-')}", value)
-    return out
-
+SOFTWARE_FLAGS = (
+    ("--serving-engine", "serving_engine"),
+    ("--attention-backend", "attention_backend"),
+)
+"""The software flags and their ``argparse`` names: both go with ``--model`` only."""
 
 DTYPE_FLAGS = (("--kv-cache-dtype", "kv_cache_dtype"), ("--quantization", "quantization"))
 """The dtype flags and their ``argparse`` names: both go with ``--model`` only."""
+
+
+def given_flags(args: argparse.Namespace, pairs: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    """The flags of ``pairs`` (flag, ``argparse`` name) that were given, each followed by its
+    value: to repeat in a ``simulate`` command line."""
+    out: tuple[str, ...] = ()
+    for flag, name in pairs:
+        value = getattr(args, name, None)
+        if value is not None:
+            out += (flag, str(value))
+    return out
 
 
 def dtype_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -202,13 +209,8 @@ def roofline_from_args(
 ) -> tuple[RooflineModel, KVMemory] | None:
     """The roofline engine and KV memory ``--model``/``--gpu``/``--tp`` ask for (``None``
     without ``--model``). Raises :class:`UsageError` naming the flag."""
-    software = ("serving_engine", "attention_backend")
-    given = [
-        f"--{k.replace('_', '-')}"
-        for k in ("gpu", "tp", *software)
-        if getattr(args, k, None) is not None
-    ]
-    given += [flag for flag, name in DTYPE_FLAGS if getattr(args, name, None) is not None]
+    needs_model = (("--gpu", "gpu"), ("--tp", "tp"), *SOFTWARE_FLAGS, *DTYPE_FLAGS)
+    given = [flag for flag, name in needs_model if getattr(args, name, None) is not None]
     given += [f"--{a.replace('_', '-')}" for a, _, _ in _OVERRIDES if getattr(args, a) is not None]
     if args.model is None:
         if given:
@@ -249,8 +251,7 @@ _PROFILE_CONFLICTS = (
     ("--model", "model"),
     ("--gpu", "gpu"),
     ("--tp", "tp"),
-    ("--serving-engine", "serving_engine"),
-    ("--attention-backend", "attention_backend"),
+    *SOFTWARE_FLAGS,
     *DTYPE_FLAGS,
     *((f"--{a.replace('_', '-')}", a) for a, _, _ in _OVERRIDES),
     *(pair for pair in LINEAR_FLAGS if pair[0] != "--profile"),

@@ -14,11 +14,12 @@ from .engine import DEFAULT_ENGINE, DEFAULT_GPU_MEMORY_UTILIZATION, MEMORY_PRESE
 from .engines_cli import (
     DTYPE_FLAGS,
     LINEAR_FLAGS,
+    SOFTWARE_FLAGS,
     add_dtype_flags,
     add_software_flags,
     dtype_args,
+    given_flags,
     roofline_profile_from_args,
-    software_flags,
     software_options,
 )
 from .search_space import EngineSpec
@@ -69,10 +70,7 @@ def engine_specs(args: argparse.Namespace) -> list[EngineSpec]:
         engine, memory, tp = profile
         return [EngineSpec(engine, memory, tp, ())]  # the command line repeats --profile
     if args.model is None:
-        for flag in ("gpu", "tp", "serving_engine", "attention_backend"):
-            if getattr(args, flag, None) is not None:
-                raise UsageError(f"argument --{flag.replace('_', '-')}: needs --model")
-        for flag, name in DTYPE_FLAGS:
+        for flag, name in (("--gpu", "gpu"), ("--tp", "tp"), *SOFTWARE_FLAGS, *DTYPE_FLAGS):
             if getattr(args, name, None) is not None:
                 raise UsageError(f"argument {flag}: needs --model")
         return _linear_specs(args)
@@ -96,14 +94,8 @@ def _roofline_specs(args: argparse.Namespace) -> list[EngineSpec]:
     specs = []
     unfit = []
     dtypes = dtype_args(args)
-    # The dtype flags given, for the reproducing simulate command line.
-    extra = [
-        item
-        for flag, name in DTYPE_FLAGS
-        if getattr(args, name, None) is not None
-        for item in (flag, getattr(args, name))
-    ]
-    extra += software_flags(args)
+    # The dtype and software flags given, for the reproducing simulate command line.
+    extra = given_flags(args, DTYPE_FLAGS + SOFTWARE_FLAGS)
     for gpu in dict.fromkeys(args.gpu):
         for tp in dict.fromkeys(args.tp or [1]):
             try:
