@@ -215,7 +215,10 @@ def test_count_flags_above_u64(
             ["--prompt-scale", "1e6", "--scheduler", "planner"],
             ["argument --max-steps: ", "needs at least", "10000000"],
         ),
-        (["--prompt-scale", "1e6"], ["--chunk-size 256", "request ", "never run", "--num-blocks"]),
+        (
+            ["--prompt-scale", "1e6"],
+            ["--chunk-size 512 --token-budget 512", "request ", "never run", "--num-blocks"],
+        ),
         (["--c-attn", "1e300"], ["argument --c-attn: ", "'1e300'", "[0, 3600]"]),
         (["--t-min", "-1"], ["argument --t-min: ", "'-1'"]),
         (["--stall-threshold", "inf"], ["argument --stall-threshold: ", "'inf'"]),

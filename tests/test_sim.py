@@ -600,7 +600,7 @@ def test_cli_no_arguments(capsys: pytest.CaptureFixture[str], monkeypatch: Any) 
     monkeypatch.setenv("COLUMNS", "200")
     assert cli.main([]) == 0
     out = capsys.readouterr().out
-    for text in ("TTFT", "TBT", "stalls", "256", "2048", "none", "llama2-7b-a100"):
+    for text in ("TTFT", "TBT", "stalls", "budget", "512", "8192", "llama2-7b-a100", "reading: "):
         assert text in out
 
 

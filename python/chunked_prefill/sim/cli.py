@@ -42,6 +42,7 @@ from .engine import (
 )
 from .engines_cli import add_roofline_flags, roofline_from_args, roofline_profile_from_args
 from .fleet_cli import add_fleet_arguments, fleet_of
+from .reading import overload_lines, reading_line
 from .report import PLOT_HINT, PlotUnavailable, print_table, results_to_json
 from .roofline import RooflineModel, StepTimeModel, roofline_line
 from .serving import (
@@ -54,6 +55,7 @@ from .serving import (
     simulate_serving,
 )
 from .simulator import (
+    DEFAULT_CHUNK_SIZES,
     DEFAULT_STALL_THRESHOLD_S,
     ConfigError,
     SimConfig,
@@ -66,6 +68,7 @@ from .simulator import (
     resolve_backend,
     simulate,
 )
+from .steady import DEFAULT_DRAIN, DEFAULT_WARMUP
 from .workload import (
     DEFAULT_RATE,
     DEFAULT_REQUESTS,
@@ -150,6 +153,7 @@ _SECONDS = float_flag(0.0, sys.float_info.max, what="seconds")
 _COEFFICIENT = float_flag(0.0, MAX_COEFFICIENT_S, what="seconds")
 _SCALE = float_flag(0.0, sys.float_info.max, low_open=True, what="a factor")
 _SLO = float_flag(0.0, sys.float_info.max, low_open=True, what="seconds")
+_CUT = float_flag(0.0, 0.5, high_open=True, what="a fraction")
 
 
 def _on_off(text: str) -> bool:
@@ -276,10 +280,10 @@ def add_scheduler_flags(p: argparse.ArgumentParser, *, planner: bool = True) -> 
     s.add_argument(
         "--chunk-size",
         type=list_of(_COUNT_OR_NONE),
-        default=[256, 512, 2048, None],
         metavar="LIST",
-        help="most prompt tokens per request per step; 'none' = whole prompt in one step"
-        " (default: 256,512,2048,none)",
+        help="most prompt tokens per request per step, like vLLM's"
+        " long_prefill_token_threshold; 'none' = whole prompt in one step (default: the"
+        " serving scheduler's equals each token budget; the planner's 256,512,2048,none)",
     )
     s.add_argument(
         "--token-budget",
@@ -469,7 +473,23 @@ def add_slo_flags(p: argparse.ArgumentParser) -> None:
         "--slo-tbt",
         type=_SLO,
         metavar="S",
-        help="every gap between two of its tokens, seconds (stricter than --slo-tpot)",
+        help="a limit on every gap between two of its tokens, seconds: one gap over it fails"
+        " the request, so attainment hangs on rare long steps (vLLM's benchmarks use TPOT)",
+    )
+    g.add_argument(
+        "--warmup",
+        type=_CUT,
+        default=DEFAULT_WARMUP,
+        metavar="F",
+        help="fraction of requests, the first arrivals, left out of SLO attainment, goodput"
+        f" and the steady rates (default: {DEFAULT_WARMUP:g})",
+    )
+    g.add_argument(
+        "--drain",
+        type=_CUT,
+        default=DEFAULT_DRAIN,
+        metavar="F",
+        help=f"the same for the last arrivals (default: {DEFAULT_DRAIN:g})",
     )
 
 
@@ -747,12 +767,17 @@ def check_grid(args: argparse.Namespace) -> None:
         )
 
 
+DEFAULT_BUDGETS = (512, 2048, 8192)
+"""The serving scheduler's default comparison: these token budgets (vLLM's
+``max_num_batched_tokens``), each with the chunk size equal to it."""
+
+
 def _configs(args: argparse.Namespace) -> list[SimConfig]:
     for flag, name in _SERVING_ONLY:
         if getattr(args, name) is not None:
             raise UsageError(f"argument {flag}: applies to --scheduler serving, not planner")
     return expand_configs(
-        args.chunk_size,
+        args.chunk_size if args.chunk_size is not None else DEFAULT_CHUNK_SIZES,
         args.token_budget if args.token_budget is not None else [None],
         args.max_prefills_per_step if args.max_prefills_per_step is not None else [1],
         args.max_decode_tokens if args.max_decode_tokens is not None else [128],
@@ -767,10 +792,7 @@ def serving_configs_from_args(args: argparse.Namespace) -> list[ServingSimConfig
             "argument --max-decode-tokens: applies to --scheduler planner; the serving"
             " scheduler decodes every running request in each step"
         )
-    budgets = args.token_budget if args.token_budget is not None else [2048]
-    return expand_serving_configs(
-        args.chunk_size,
-        budgets,
+    rest = (
         args.max_prefills_per_step or [4],
         args.max_running,
         args.block_size or [16],
@@ -778,6 +800,16 @@ def serving_configs_from_args(args: argparse.Namespace) -> list[ServingSimConfig
         args.watermark or [0.0],
         args.prefix_caching or [True],
     )
+    if args.chunk_size is not None:
+        budgets = args.token_budget if args.token_budget is not None else [2048]
+        return expand_serving_configs(args.chunk_size, budgets, *rest)
+    # No chunk size: each budget's chunk is the budget itself (vLLM's default, where one
+    # prefill may take the whole step), so the rows differ in the budget alone.
+    budgets = args.token_budget if args.token_budget is not None else list(DEFAULT_BUDGETS)
+    out: list[ServingSimConfig] = []
+    for budget in budgets:
+        out += [c for c in expand_serving_configs([budget], [budget], *rest) if c not in out]
+    return out
 
 
 def _serving_flags(cfg: ServingSimConfig) -> str:
@@ -974,6 +1006,8 @@ def _run_serving(args: argparse.Namespace) -> int:
         max_steps=args.max_steps,
         replicas=replicas,
         router=router,
+        warmup=args.warmup,
+        drain=args.drain,
     )
     wall = time.perf_counter() - started
     return _report(args, console, results, workload, wall, f"serving scheduler, {backend} loop")
@@ -1000,6 +1034,10 @@ def _report(
         sys.stdout.flush()
         return 0
     print_table(results, console)
+    if results and results[0].serving is not None:
+        for line in [*overload_lines(results), reading_line(results)]:
+            if line is not None:
+                console.print(line, highlight=False)
     if not args.quiet:
         console.print(
             f"[dim]{len(results)} configuration(s) x {len(workload)} requests simulated in"

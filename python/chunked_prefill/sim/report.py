@@ -82,6 +82,8 @@ def _sec(value: float | None) -> str:
 
 
 def _option(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
     return "none" if value is None else str(value)
 
 
@@ -98,13 +100,25 @@ _LABELS = {
 }
 
 
+def chunk_is_budget(dicts: Sequence[dict[str, Any]]) -> bool:
+    """Every row's chunk size is its token budget (the serving default comparison): the
+    chunk column says nothing the budget column does not."""
+    return bool(dicts) and all(
+        d.get("token_budget") is not None and d["chunk_size"] == d["token_budget"] for d in dicts
+    )
+
+
 def short_labels(results: Sequence[SimResult]) -> list[str]:
-    """One label per result naming only the options that differ (the chunk size always)."""
+    """One label per result naming only the options that differ (the chunk size always,
+    unless it is every row's token budget)."""
     dicts = [r.config.to_dict() for r in results]
+    same = chunk_is_budget(dicts)
     keys = [
         k
         for k in _LABELS
-        if k == "chunk_size" or (all(k in d for d in dicts) and len({d[k] for d in dicts}) > 1)
+        if (k == "chunk_size" and not same)
+        or (k == "token_budget" and same)
+        or (all(k in d for d in dicts) and len({d[k] for d in dicts}) > 1 and k != "chunk_size")
     ]
     return [" ".join(f"{_LABELS[k]}={_option(d[k])}" for k in keys) for d in dicts]
 
@@ -125,6 +139,21 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.0f}"
 
 
+def steady_output(r: SimResult) -> float:
+    """Output tokens/s over the steady window (the whole run's when it has none)."""
+    s = r.serving
+    if s is not None and s.steady is not None and s.steady.output_tok_s is not None:
+        return s.steady.output_tok_s
+    return r.throughput_tok_s
+
+
+def _served(s: ServingStats) -> str:
+    served = None if s.steady is None else s.steady.served_rps
+    if served is None:
+        return "-"
+    return f"[bold red]{served:.3g}![/]" if s.overloaded else f"{served:.3g}"
+
+
 def _goodput(s: ServingStats) -> str:
     return "-" if s.goodput_rps is None else f"{s.goodput_rps:.2f}"
 
@@ -136,13 +165,21 @@ _SERVING_FIGURES: tuple[tuple[str, str, Callable[[SimResult, ServingStats], str]
     ("TBT\np99", "magenta", lambda r, s: _ms(r.tbt_s.p99)),
     ("TBT\nmax", "magenta", lambda r, s: _ms(r.tbt_s.max)),
     ("queue\np99", "", lambda r, s: _ms(s.queue_s.p99)),
-    ("out\ntok/s", "", lambda r, s: f"{r.throughput_tok_s:.0f}"),
+    ("out\ntok/s", "", lambda r, s: f"{steady_output(r):.0f}"),
+    ("served\nreq/s", "", lambda r, s: _served(s)),
     ("pre-\nempt", "red", lambda r, s: str(s.preemptions)),
     ("hit\n%", "", lambda r, s: _pct(s.prefix_hit_rate)),
     ("KV\n%", "", lambda r, s: _pct(s.kv_usage_peak)),
 )
 
-SERVING_DROP_ORDER = ("TTFT\np50", "TBT\np50", "queue\np99", "out\ntok/s", "hit\n%")
+SERVING_DROP_ORDER = (
+    "TTFT\np50",
+    "TBT\np50",
+    "queue\np99",
+    "out\ntok/s",
+    "hit\n%",
+    "served\nreq/s",
+)
 """The figure columns a narrow console loses first, in this order (all are in ``--json``)."""
 
 
@@ -169,20 +206,23 @@ def serving_table(
         else (f"stalls\n>{threshold_ms:g}ms", "red", _stalls)
     )
     figures = [f for f in (*_SERVING_FIGURES, last) if f[0] not in hidden]
+    dicts = [r.config.to_dict() for r in results]
+    same = chunk_is_budget(dicts)
     table = Table(
         title=title,
-        caption=_serving_caption(slo, [h for h, _, _ in _SERVING_FIGURES if h in hidden]),
+        caption=_serving_caption(slo, [h for h, _, _ in _SERVING_FIGURES if h in hidden], same),
         header_style="bold",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
         collapse_padding=True,
     )
-    dicts = [r.config.to_dict() for r in results]
     shown = [
         (key, head)
         for key, head in _SERVING_COLUMNS
         # A budget of None only follows from chunk none (stretched): not a difference.
-        if key == "chunk_size" or len({d[key] for d in dicts} - {None}) > 1
+        if (key == "chunk_size" and not same)
+        or (key == "token_budget" and same)
+        or (key != "chunk_size" and len({d[key] for d in dicts} - {None}) > 1)
     ]
     for _key, head in shown:
         table.add_column(head, justify="right", style="cyan", no_wrap=True)
@@ -199,8 +239,14 @@ def _stalls(r: SimResult, s: ServingStats) -> str:
     return str(r.stalls)
 
 
-def _serving_caption(slo: bool, hidden: Sequence[str]) -> str:
-    caption = "TTFT, TBT, queue in ms; hit: prefix cache %; KV: peak pool %"
+def _serving_caption(slo: bool, hidden: Sequence[str], same: bool = False) -> str:
+    caption = (
+        "budget: vLLM's max_num_batched_tokens, one prefill may take all of it; " if same else ""
+    )
+    caption += (
+        "TTFT, TBT (vLLM's ITL), queue in ms; out tok/s, served req/s: steady part (!:"
+        " overloaded); hit: prefix cache %; KV: peak pool %"
+    )
     if slo:
         caption += "; good: goodput req/s"
     if hidden:

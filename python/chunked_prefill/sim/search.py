@@ -39,6 +39,7 @@ from .search_space import (
 )
 from .serving import ServingSimConfig
 from .simulator import DEFAULT_STALL_THRESHOLD_S
+from .steady import DEFAULT_DRAIN, DEFAULT_WARMUP
 from .workload import DEFAULT_RATE, Workload
 
 __all__ = ["DEFAULT_ATTAINMENT", "DEFAULT_PRECISION", "RANK_BY", "search"]
@@ -65,6 +66,8 @@ def search(
     slo_ttft_s: float | None = None,
     slo_tpot_s: float | None = None,
     slo_tbt_s: float | None = None,
+    warmup: float = DEFAULT_WARMUP,
+    drain: float = DEFAULT_DRAIN,
     attainment: float = DEFAULT_ATTAINMENT,
     precision: float = DEFAULT_PRECISION,
     start_rate: float | None = None,
@@ -86,8 +89,12 @@ def search(
     1000 requests), drawn at each probed rate, or a :class:`Workload` (a trace) whose
     arrivals are rescaled to it. The grid is ``configs`` x ``engines`` (preset names,
     models or :class:`EngineSpec`) x ``replicas`` x ``routers``. At least one SLO must be
-    given. The first probe of each point is ``start_rate`` (default: the workload's own
-    mean rate, or 6 req/s for the synthetic workload).
+    given; a rate meets them when at least ``attainment`` of the steady part's requests
+    (``warmup`` and ``drain`` left out, :mod:`.steady`) meets every one and the run is not
+    overloaded. A probe of a synthetic workload draws it again with twice the requests
+    while the run is too short for a steady state (and a fleet of N replicas N times the
+    requests to start with). The first probe of each point is ``start_rate`` (default: the
+    workload's own mean rate, or 6 req/s for the synthetic workload).
 
     Each item: ``config`` (``simulate --json``'s, plus ``replicas``, ``router`` and
     ``engine``), ``gpus``, ``capacity_rps``, ``capacity_per_gpu_rps``,
@@ -116,6 +123,8 @@ def search(
         raise ValueError(f"backend must be 'rust' or 'pure', got {show(backend)}")
     stall_threshold_s = real("stall_threshold_s", stall_threshold_s, 0.0)
     max_steps = count("max_steps", max_steps, 1, 2**64 - 1)
+    warmup = real("warmup", warmup, 0.0, 0.5, high_open=True)
+    drain = real("drain", drain, 0.0, 0.5, high_open=True)
     _check_runner(ray, ray_address, on_probe, keep_runs)
     ctx = ProbeContext(
         source,
@@ -126,6 +135,8 @@ def search(
         backend,
         stall_threshold_s,
         max_steps,
+        warmup,
+        drain,
     )
     searches = [RateSearch(start, precision) for _ in points]
     found = _drive(_runner(ctx, workers, ray, ray_address), searches, on_probe)

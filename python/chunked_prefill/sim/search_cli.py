@@ -315,6 +315,8 @@ def _run(args: argparse.Namespace) -> int:
         "slo_ttft_s": args.slo_ttft,
         "slo_tpot_s": args.slo_tpot,
         "slo_tbt_s": args.slo_tbt,
+        "warmup": args.warmup,
+        "drain": args.drain,
         "attainment": args.attainment,
         "precision": args.precision,
         "start_rate": args.rate,
@@ -430,8 +432,12 @@ def _without_runs(item: dict[str, Any]) -> dict[str, Any]:
     return {**item, "probes": probes}
 
 
-def _workload_flags(args: argparse.Namespace) -> list[str]:
+def _workload_flags(args: argparse.Namespace, requests: int | None = None) -> list[str]:
+    """The workload's flags; ``requests`` as a synthetic workload's probe drew them
+    (:func:`~.search_runners.run_probe` draws more for fleets and short runs)."""
     out: list[str] = []
+    if args.trace is None and requests is not None:
+        args = argparse.Namespace(**{**vars(args), "requests": requests})
     if args.trace is not None:
         out += ["--trace", args.trace]
         if args.time_unit != "s":
@@ -496,7 +502,8 @@ def reproduce_command(args: argparse.Namespace, item: dict[str, Any]) -> str:
     its capacity, giving its ``at_capacity`` object (with ``--json``)."""
     config = item["config"]
     spec = next(s for s in _engines(args) if s.name == config["engine"])
-    words = ["chunked-prefill", "simulate", *_workload_flags(args)]
+    run = item["at_capacity"]
+    words = ["chunked-prefill", "simulate", *_workload_flags(args, run and run["requests"])]
     words += ["--rate", repr(item["capacity_rps"])]
     words += _config_flags(config)
     if config["replicas"] != 1 or config["router"] != "round-robin":

@@ -21,12 +21,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from .report import results_to_json
-from .search_space import RateWorkload, SearchPoint
+from .search_space import RateWorkload, SearchPoint, SyntheticWorkload
 from .serving import simulate_serving
+from .simulator import SimResult
+from .steady import DEFAULT_DRAIN, DEFAULT_WARMUP
+from .workload import Workload
 
 __all__ = [
     "PoolRunner",
@@ -36,6 +39,10 @@ __all__ = [
     "SerialRunner",
     "run_probe",
 ]
+
+MAX_GROWTH = 64
+"""The most times a probe multiplies a synthetic workload's requests to reach a steady
+state."""
 
 Done = tuple[int, float, bool, dict[str, Any]]
 """A finished probe: the point's index, the rate, whether it met the SLO, and the
@@ -55,14 +62,38 @@ class ProbeContext:
     backend: str
     stall_threshold_s: float
     max_steps: int
+    warmup: float = DEFAULT_WARMUP
+    drain: float = DEFAULT_DRAIN
 
 
 def run_probe(ctx: ProbeContext, index: int, rate: float) -> Done:
-    """Simulate point ``index`` at ``rate``: whether ``slo_attainment >= attainment``, and
-    the run as ``simulate --json`` writes it."""
+    """Simulate point ``index`` at ``rate``: whether it meets the SLOs (``slo_attainment >=
+    attainment`` and not overloaded), and the run as ``simulate --json`` writes it.
+
+    A synthetic workload is drawn again with twice the requests while the run is too short
+    to show a steady state (:mod:`.steady`), up to :data:`MAX_GROWTH` times; an overloaded
+    run is decisive as it is."""
+    workload = fleet_workload(ctx.workload, ctx.points[index].replicas)
+    result = _simulate(ctx, index, workload.at_rate(rate))
+    most = workload.requests * MAX_GROWTH if isinstance(workload, SyntheticWorkload) else 0
+    while isinstance(workload, SyntheticWorkload) and workload.requests * 2 <= most:
+        steady = result.serving.steady if result.serving is not None else None
+        if steady is None or steady.long_enough or steady.overloaded:
+            break
+        workload = replace(workload, requests=workload.requests * 2)
+        result = _simulate(ctx, index, workload.at_rate(rate))
+    stats = result.serving
+    assert stats is not None and stats.slo_attainment is not None
+    doc: dict[str, Any] = json.loads(results_to_json([result], indent=None))[0]
+    # An overloaded run's latencies grow with its length: the rate is past capacity.
+    meets = stats.slo_attainment >= ctx.attainment and not stats.overloaded
+    return index, rate, meets, doc
+
+
+def _simulate(ctx: ProbeContext, index: int, workload: Workload) -> SimResult:
     point = ctx.points[index]
     (result,) = simulate_serving(
-        ctx.workload.at_rate(rate),
+        workload,
         point.config,
         engine=point.engine.model,
         memory=point.engine.memory,
@@ -75,10 +106,21 @@ def run_probe(ctx: ProbeContext, index: int, rate: float) -> Done:
         max_steps=ctx.max_steps,
         replicas=point.replicas,
         router=point.router,
+        warmup=ctx.warmup,
+        drain=ctx.drain,
     )
-    assert result.serving is not None and result.serving.slo_attainment is not None
-    doc: dict[str, Any] = json.loads(results_to_json([result], indent=None))[0]
-    return index, rate, result.serving.slo_attainment >= ctx.attainment, doc
+    return result
+
+
+def fleet_workload(workload: RateWorkload, replicas: int) -> RateWorkload:
+    """The workload a fleet of ``replicas`` is probed with: a synthetic one draws
+    ``replicas`` times its requests, so that each replica serves as many as one replica
+    alone and a fleet's run is as long as one replica's (with half the requests each, two
+    replicas would be measured on a run half as long, too short to fill them). A trace is
+    what it is."""
+    if isinstance(workload, SyntheticWorkload) and replicas > 1:
+        return replace(workload, requests=workload.requests * replicas)
+    return workload
 
 
 class Runner(Protocol):

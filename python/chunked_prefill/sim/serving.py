@@ -36,6 +36,14 @@ from .simulator import (
     SimResult,
     StepLimitError,
 )
+from .steady import (
+    DEFAULT_DRAIN,
+    DEFAULT_WARMUP,
+    slo_met,
+    steady_mask,
+    steady_state,
+    wilson_interval,
+)
 from .tokens import TokenPlan
 from .workload import Workload
 
@@ -322,6 +330,8 @@ def simulate_serving(
     max_steps: int = 10_000_000,
     replicas: int = 1,
     router: str = "round-robin",
+    warmup: float = DEFAULT_WARMUP,
+    drain: float = DEFAULT_DRAIN,
 ) -> list[SimResult]:
     """Run ``workload`` through the serving scheduler once per configuration.
 
@@ -336,8 +346,12 @@ def simulate_serving(
     ``"pure"`` (the reference loop); both give identical results. SLOs are per request, as
     vLLM's benchmark goodput: TTFT, mean time per output token after the first, and
     (stricter) every gap between two tokens; a request meets them when it meets every one
-    given. Raises ``ValueError`` for a configuration the scheduler refuses, a request the
-    pool can never hold (naming it) or a run past ``max_steps`` (:class:`StepLimitError`).
+    given. SLO attainment, goodput, the offered and served rates and the steady output
+    throughput are measured on the steady part (:mod:`.steady`): ``warmup`` and ``drain``
+    are the fractions of requests, first and last arrivals, left out; ``overloaded`` says
+    the engine finished fewer requests than arrived. Raises ``ValueError`` for a
+    configuration the scheduler refuses, a request the pool can never hold (naming it) or
+    a run past ``max_steps`` (:class:`StepLimitError`).
     """
     import numpy as np
 
@@ -369,6 +383,8 @@ def simulate_serving(
     slo_tbt_s = real("slo_tbt_s", slo_tbt_s, 0.0, low_open=True, none=True)
     max_steps = count("max_steps", max_steps, 1, U64_MAX)
     replicas, router = check_fleet(replicas, router)
+    warmup = real("warmup", warmup, 0.0, 0.5, high_open=True)
+    drain = real("drain", drain, 0.0, 0.5, high_open=True)
     slo = {
         k: v
         for k, v in (("ttft_s", slo_ttft_s), ("tpot_s", slo_tpot_s), ("tbt_s", slo_tbt_s))
@@ -398,7 +414,10 @@ def simulate_serving(
                 raise StepLimitError(cfg, max_steps, max_steps, reason, estimated=False) from None
             raise
         arrays = {k: np.asarray(v) for k, v in raw.items() if isinstance(v, (list, np.ndarray))}
-        result = _summarise(workload, cfg, options, engine, raw, arrays, stall_threshold_s, slo)
+        cut = (warmup, drain)
+        result = _summarise(
+            workload, cfg, options, engine, raw, arrays, stall_threshold_s, slo, cut
+        )
         assert result.serving is not None
         replica = arrays["replica"].astype(np.uint64)
         stats = replace(result.serving, replicas=replicas, router=router, replica=replica)
@@ -415,6 +434,7 @@ def _summarise(
     a: dict[str, Any],
     threshold: float,
     slo: dict[str, float],
+    cut: tuple[float, float],
 ) -> SimResult:
     import numpy as np
 
@@ -431,20 +451,20 @@ def _summarise(
     total_in = sum(workload.prompt_tokens)
     pool = options["num_blocks"]
     busy = raw["busy_s"]
-    attainment = goodput = None
+    mask = steady_mask(arrival, *cut)
+    steady = steady_state(arrival, admitted, first, finish, output, mask)
+    attainment = goodput = interval = None
+    each: dict[str, float] = {}
     if slo:
-        ok = np.ones(len(workload), dtype=bool)
-        if "ttft_s" in slo:
-            ok &= first - arrival <= slo["ttft_s"]
-        if "tpot_s" in slo:
-            steps = np.maximum(output - 1, 1).astype(np.float64)
-            tpot = np.where(output > 1, (finish - first) / steps, 0.0)
-            ok &= tpot <= slo["tpot_s"]
-        if "tbt_s" in slo:
-            ok &= max_gap <= slo["tbt_s"]
+        ok = slo_met(slo, arrival, first, finish, output, max_gap)[mask]
+        for name, limit in slo.items():
+            one = slo_met({name: limit}, arrival, first, finish, output, max_gap)[mask]
+            each[name] = float(one.mean())
         met = int(ok.sum())
-        attainment = met / len(workload)
-        goodput = met / span if span > 0 else math.inf
+        attainment = met / len(ok)
+        interval = wilson_interval(met, len(ok))
+        window = steady.end_s - steady.start_s
+        goodput = met / window if window > 0 else met / span if span > 0 else math.inf
     stats = ServingStats(
         queue_s=Percentiles.of(admitted - arrival),
         preemptions=int(a["preemptions"].sum()),
@@ -457,6 +477,9 @@ def _summarise(
         slo=slo,
         slo_attainment=attainment,
         goodput_rps=goodput,
+        slo_attainment_ci=interval,
+        slo_attainment_each=each,
+        steady=steady,
         kv_series_t=a["kv_series_t"].astype(np.float64),
         kv_series_blocks=a["kv_series_blocks"].astype(np.uint64),
         max_gap=max_gap,

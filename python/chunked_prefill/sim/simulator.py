@@ -38,6 +38,7 @@ from . import planner_loop
 from ._check import boolean, check_callback, check_engine, count, items, kind, real, show
 from .engine import DEFAULT_ENGINE
 from .roofline import StepTimeModel
+from .steady import Steady
 from .workload import Request, Workload
 
 if TYPE_CHECKING:
@@ -306,7 +307,9 @@ class ServingStats:
     slo: dict[str, float]
     """The SLOs given (``ttft_s``, ``tpot_s``, ``tbt_s``), maybe none."""
     slo_attainment: float | None
+    """Fraction of the steady part's requests meeting every SLO (:mod:`.steady`)."""
     goodput_rps: float | None
+    """Those requests per second of the steady window."""
     kv_series_t: npt.NDArray[np.float64] = field(repr=False, compare=False)
     """KV usage over time: step end times (thinned to at most 4096 points)."""
     kv_series_blocks: npt.NDArray[np.uint64] = field(repr=False, compare=False)
@@ -321,6 +324,18 @@ class ServingStats:
     router: str = "round-robin"
     replica: npt.NDArray[np.uint64] = field(default_factory=_no_requests, repr=False, compare=False)
     """Per request: the replica it was routed to (empty when not recorded)."""
+    slo_attainment_ci: tuple[float, float] | None = None
+    """The Wilson 95 % interval of ``slo_attainment``."""
+    slo_attainment_each: dict[str, float] = field(default_factory=dict)
+    """Per SLO (``ttft_s``, ``tpot_s``, ``tbt_s``): the fraction of the steady part's
+    requests meeting it."""
+    steady: Steady | None = None
+    """The steady window: offered and served rates, output throughput, overload."""
+
+    @property
+    def overloaded(self) -> bool:
+        """The engine finished fewer requests than arrived over the steady window."""
+        return self.steady is not None and self.steady.overloaded
 
 
 @dataclass(frozen=True)
@@ -399,8 +414,13 @@ class SimResult:
                     "kv_usage": {"mean": s.kv_usage_mean, "peak": s.kv_usage_peak},
                     "num_blocks": s.num_blocks,
                     "input_throughput_tok_s": s.input_throughput_tok_s,
+                    "overloaded": s.overloaded,
                 }
             )
+            if s.steady is not None:
+                out["offered_rps"] = s.steady.offered_rps
+                out["served_rps"] = s.steady.served_rps
+                out["steady"] = s.steady.to_dict()
             out["config"].update(replicas=s.replicas, router=s.router)
             if s.replicas > 1:
                 import numpy as np
@@ -410,6 +430,9 @@ class SimResult:
             if s.slo:
                 out["slo"] = dict(s.slo)
                 out["slo_attainment"] = s.slo_attainment
+                ci = s.slo_attainment_ci
+                out["slo_attainment_ci"] = None if ci is None else list(ci)
+                out["slo_attainment_each"] = dict(s.slo_attainment_each)
                 out["goodput_rps"] = s.goodput_rps
         return out
 
