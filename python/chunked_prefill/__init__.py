@@ -53,6 +53,8 @@ else:
     _given = os.environ["CHUNKED_PREFILL_BACKEND"]
     raise ImportError(f"CHUNKED_PREFILL_BACKEND must be 'rust' or 'pure', got {_given!r}")
 
+from .host import batch_slot_mapping, num_blocks_for, slot_mapping  # noqa: E402
+
 BACKEND: str = _requested
 """Which backend the top-level names come from: ``"rust"`` or ``"pure"``."""
 
@@ -81,4 +83,7 @@ __all__ = [
     "ServingScheduler",
     "Step",
     "__version__",
+    "batch_slot_mapping",
+    "num_blocks_for",
+    "slot_mapping",
 ]
