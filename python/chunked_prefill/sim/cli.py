@@ -950,7 +950,7 @@ def _run_serving(args: argparse.Namespace) -> int:
             if line not in lines:
                 lines.append(line)
                 console.print(f"[bold]KV cache[/]: {line}", highlight=False)
-        if any(workload.cached_tokens):
+        if any(workload.cached_tokens) and not workload.shares_tokens:
             console.print(
                 "[dim]note: the serving scheduler finds prefix-cache hits itself and ignores"
                 " the trace's cached_tokens column (--scheduler planner honours it)[/]",

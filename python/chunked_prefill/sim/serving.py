@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ._check import boolean, check_engine, count, items, kind, real, show
+from ._check import boolean, check_callback, check_engine, count, items, kind, real, show
 from .engine import (
     DEFAULT_ENGINE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -32,6 +32,7 @@ from .serving_loop import SimLoopError, check_fits, run_loop
 from .simulator import (
     DEFAULT_STALL_THRESHOLD_S,
     Percentiles,
+    ProgressCallback,
     ServingStats,
     SimResult,
     StepLimitError,
@@ -322,6 +323,7 @@ def simulate_serving(
     max_steps: int = 10_000_000,
     replicas: int = 1,
     router: str = "round-robin",
+    on_progress: ProgressCallback | None = None,
 ) -> list[SimResult]:
     """Run ``workload`` through the serving scheduler once per configuration.
 
@@ -338,6 +340,9 @@ def simulate_serving(
     (stricter) every gap between two tokens; a request meets them when it meets every one
     given. Raises ``ValueError`` for a configuration the scheduler refuses, a request the
     pool can never hold (naming it) or a run past ``max_steps`` (:class:`StepLimitError`).
+    ``on_progress(config_index, done, total)`` is called with ``done = 0`` as each
+    configuration starts and ``done = total`` (the workload's requests) when it ends: the
+    loop runs in the core and reports nothing between.
     """
     import numpy as np
 
@@ -369,6 +374,7 @@ def simulate_serving(
     slo_tbt_s = real("slo_tbt_s", slo_tbt_s, 0.0, low_open=True, none=True)
     max_steps = count("max_steps", max_steps, 1, U64_MAX)
     replicas, router = check_fleet(replicas, router)
+    check_callback("on_progress", on_progress)
     slo = {
         k: v
         for k, v in (("ttft_s", slo_ttft_s), ("tpot_s", slo_tpot_s), ("tbt_s", slo_tbt_s))
@@ -386,7 +392,9 @@ def simulate_serving(
         if steps > max_steps:
             raise StepLimitError(cfg, steps, max_steps, reason, estimated=True)
     results = []
-    for cfg, options in zip(cfg_list, resolved):
+    for index, (cfg, options) in enumerate(zip(cfg_list, resolved)):
+        if on_progress is not None:
+            on_progress(index, 0, len(workload))
         try:
             if backend == "rust":
                 raw = _run_rust(workload, options, engine, max_steps, replicas, router)
@@ -403,6 +411,8 @@ def simulate_serving(
         replica = arrays["replica"].astype(np.uint64)
         stats = replace(result.serving, replicas=replicas, router=router, replica=replica)
         results.append(replace(result, serving=stats))
+        if on_progress is not None:
+            on_progress(index, len(workload), len(workload))
     return results
 
 

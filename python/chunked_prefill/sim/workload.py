@@ -557,6 +557,7 @@ FIELD_ALIASES: Mapping[str, tuple[str, ...]] = {
     "hash_ids": ("hash_ids", "block_hashes", "prefix_hashes"),
     "session_id": ("session_id", "session", "conversation_id", "conv_id", "chat_id"),
     "prefix_id": ("prefix_id", "prefix_group", "system_prompt_id"),
+    "prefix_tokens": ("prefix_tokens", "prefix_len", "prefix_length", "system_prompt_tokens"),
 }
 """Column names accepted for each field. Matching ignores case, ``_``, ``-`` and spaces, so
 ``ContextTokens`` (Azure LLM inference traces), ``Request tokens`` (BurstGPT) and
@@ -627,6 +628,7 @@ class _Columns:
         self.hash_ids: list[tuple[int, ...]] = []
         self.session: list[str | None] = []
         self.prefix: list[str | None] = []
+        self.prefix_tokens: tuple[int, int] | None = None  # (line, value) of the first row
         self.time_kind: str | None = None  # "number" or "datetime", fixed by the first row
 
 
@@ -794,6 +796,27 @@ def _add_row(
             high=I64_MAX,
             what=f"a whole number in [{I64_MIN}, {I64_MAX}]",
         )
+    if "prefix_tokens" in values:
+        shared = _parse_int(
+            path,
+            line,
+            mapping["prefix_tokens"],
+            values["prefix_tokens"],
+            low=0,
+            high=MAX_TOKENS,
+            what=f"a whole number of tokens in [0, {MAX_TOKENS}]",
+        )
+        if cols.prefix_tokens is None:
+            cols.prefix_tokens = (line, shared)
+        elif shared != cols.prefix_tokens[1]:
+            first_line, first = cols.prefix_tokens
+            raise TraceError(
+                path,
+                line,
+                mapping["prefix_tokens"],
+                f"is {shared}, but line {first_line} gave {first}: every row shares the same"
+                " prefix length",
+            )
     hashes: tuple[int, ...] = ()
     if "hash_ids" in values:
         hashes = _parse_hashes(path, line, mapping["hash_ids"], values["hash_ids"])
@@ -945,7 +968,9 @@ def load_trace(
     hashes of the prompt, ``hash_block`` tokens each: equal hashes are equal blocks),
     ``session_id`` (rows of one session are turns of one token stream, each prompt
     extending the last) and ``prefix_id`` (rows with one id share their first
-    ``prefix_tokens`` prompt tokens), all optional.
+    ``prefix_tokens`` prompt tokens), all optional. A ``prefix_tokens`` column gives that
+    length in the file (the same on every row that has it); the argument, when not 0,
+    overrides it.
     """
     name = check_path("path", path)
     if not isinstance(time_unit, str) or time_unit not in _TIME_UNITS:
@@ -988,6 +1013,8 @@ def load_trace(
 
     has_session = any(k is not None for k in cols.session)
     has_prefix = any(k is not None for k in cols.prefix)
+    if prefix_tokens == 0 and cols.prefix_tokens is not None:
+        prefix_tokens = cols.prefix_tokens[1]
     if has_session:  # rows without a session are sessions of their own
         cols.session = [f"\0{i}" if k is None else k for i, k in enumerate(cols.session)]
     return Workload(

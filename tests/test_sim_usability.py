@@ -1,0 +1,112 @@
+"""Issue 24's usability points: the Python API's default scheduler, prefix identity in
+traces, the serving run's progress bar, ``simulate``'s lists of ``--tp``/``--gpu``, and the
+synthetic workload's mean lengths and distributions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chunked_prefill.cli import main
+from chunked_prefill.sim import (
+    SimConfig,
+    TraceError,
+    default_workload,
+    expand_configs,
+    expand_serving_configs,
+    load_trace,
+    simulate,
+    simulate_serving,
+)
+from chunked_prefill.sim.serving import ServingSimConfig
+
+WL = default_workload(60, rate=10.0, seed=2)
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """The one error line of ``argv`` (exit status 2), without the program's prefix."""
+    code, out, err = cli(capsys, *argv)
+    assert code == 2, (out, err)
+    (line,) = err.splitlines()
+    prefix = f"chunked-prefill {argv[0]}: error: "
+    assert line.startswith(prefix), line
+    return line[len(prefix) :]
+
+
+# ------------------------------------------------------------ simulate()'s scheduler
+
+
+def test_simulate_defaults_to_the_serving_scheduler_as_the_cli() -> None:
+    results = simulate(WL)
+    assert [r.config for r in results] == expand_serving_configs()
+    assert all(r.serving is not None for r in results)
+    assert [r.to_dict() for r in results] == [
+        r.to_dict() for r in simulate_serving(WL, results[0].config)
+    ] + [r.to_dict() for r in simulate_serving(WL, [r.config for r in results[1:]])]
+
+
+def test_simulate_keeps_the_planner_for_planner_configs() -> None:
+    (planner,) = simulate(WL, SimConfig(chunk_size=512))
+    assert planner.serving is None
+    assert [r.serving for r in simulate(WL, scheduler="planner")] == [None] * 4
+    assert [r.config for r in simulate(WL, scheduler="planner")] == expand_configs()
+    (serving,) = simulate(WL, [ServingSimConfig(chunk_size=512)])
+    assert serving.serving is not None
+
+
+def test_simulate_scheduler_errors() -> None:
+    with pytest.raises(
+        ValueError, match=r"^scheduler must be 'serving', 'planner' or None, got 'x'$"
+    ):
+        simulate(WL, scheduler="x")
+    with pytest.raises(
+        ValueError,
+        match=r"^record_steps needs scheduler='planner' \(the serving loop records no steps\)$",
+    ):
+        simulate(WL, record_steps=True)
+    with pytest.raises(TypeError, match=r"^configs\[0\] must be a SimConfig"):
+        simulate(WL, [ServingSimConfig()], scheduler="planner")
+
+
+def test_simulate_serving_reports_progress_per_configuration() -> None:
+    calls: list[tuple[int, int, int]] = []
+    simulate_serving(
+        WL,
+        [ServingSimConfig(chunk_size=c) for c in (256, 512)],
+        on_progress=lambda *a: calls.append(a),
+    )
+    assert calls == [(0, 0, 60), (0, 60, 60), (1, 0, 60), (1, 60, 60)]
+
+
+# ------------------------------------------------------------ prefix identity in traces
+
+
+def test_trace_prefix_tokens_column(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "arrival_s,prompt_tokens,output_tokens,prefix_id,prefix_len\n0,200,5,a,64\n1,300,5,a,64\n2,50,5,,\n"
+    )
+    trace = load_trace(path)
+    assert (trace.prefix_tokens, trace.group) == (64, (0, 0, -1))
+    assert load_trace(path, prefix_tokens=32).prefix_tokens == 32
+    (r,) = simulate_serving(trace, ServingSimConfig(chunk_size=512))
+    assert r.serving is not None and r.serving.prefix_hit_rate == 64 / 550
+    path.write_text(
+        "arrival_s,prompt_tokens,output_tokens,prefix_id,prefix_tokens\n0,200,5,a,64\n1,300,5,a,65\n"
+    )
+    with pytest.raises(TraceError) as info:
+        load_trace(path)
+    assert str(info.value) == (
+        f"{path}:3: field 'prefix_tokens': is 65, but line 2 gave 64: every row shares the same"
+        " prefix length"
+    )
