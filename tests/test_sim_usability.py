@@ -4,6 +4,10 @@ synthetic workload's mean lengths and distributions."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -110,3 +114,55 @@ def test_trace_prefix_tokens_column(tmp_path: Path) -> None:
         f"{path}:3: field 'prefix_tokens': is 65, but line 2 gave 64: every row shares the same"
         " prefix length"
     )
+
+
+# ------------------------------------------------------------ the serving run's progress bar
+
+
+def on_terminal(*argv: str) -> tuple[int, str, str]:
+    """Run ``chunked-prefill ARGV`` with stderr on a pseudo-terminal: its exit status,
+    stdout and everything drawn on stderr."""
+    pty = pytest.importorskip("pty")
+    master, slave = pty.openpty()
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "160"}
+    for name in ("NO_COLOR", "TTY_COMPATIBLE", "FORCE_TERMINAL"):
+        env.pop(name, None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "chunked_prefill", *argv],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        env=env,
+    )
+    os.close(slave)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed its side
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    out, _ = proc.communicate()
+    os.close(master)
+    return proc.returncode, out.decode(), drawn.decode(errors="replace")
+
+
+def test_serving_run_draws_a_progress_bar_on_a_terminal() -> None:
+    argv = ["simulate", "--requests", "200", "--chunk-size", "512,none", "--json"]
+    code, out, drawn = on_terminal(*argv)
+    assert code == 0 and json.loads(out)[0]["requests"] == 200
+    assert "chunk=512 budget=2048 prefills=4 running<=256" in drawn
+    assert "chunk=none prefills=4 running<=256" in drawn
+    assert drawn.count(" done ") == 2  # each line ends complete (then the bar is erased)
+    code, out, drawn = on_terminal(*argv, "--quiet")
+    assert code == 0 and json.loads(out)[0]["requests"] == 200
+    assert drawn == ""
+
+
+def test_serving_run_is_silent_off_a_terminal() -> None:
+    argv = ["simulate", "--requests", "200", "--chunk-size", "512", "--json"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "chunked_prefill", *argv], capture_output=True, text=True, check=True
+    )
+    assert proc.stderr == ""

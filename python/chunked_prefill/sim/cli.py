@@ -9,11 +9,12 @@ chunked_prefill.sim``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .._args import (
@@ -960,21 +961,24 @@ def _run_serving(args: argparse.Namespace) -> int:
     if not args.quiet and not args.json and (args.replicas or args.router):
         console.print(f"[bold]fleet[/]: {replicas} replica(s), {router} router", highlight=False)
     started = time.perf_counter()
-    results = simulate_serving(
-        workload,
-        configs,
-        engine=engine,
-        memory=memory,
-        gpu_memory_utilization=util,
-        backend=backend,
-        stall_threshold_s=args.stall_threshold,
-        slo_ttft_s=args.slo_ttft,
-        slo_tpot_s=args.slo_tpot,
-        slo_tbt_s=args.slo_tbt,
-        max_steps=args.max_steps,
-        replicas=replicas,
-        router=router,
-    )
+    err_console = Console(stderr=True)
+    with _serving_progress(configs, not args.quiet and err_console.is_terminal, err_console) as bar:
+        results = simulate_serving(
+            workload,
+            configs,
+            engine=engine,
+            memory=memory,
+            gpu_memory_utilization=util,
+            backend=backend,
+            stall_threshold_s=args.stall_threshold,
+            slo_ttft_s=args.slo_ttft,
+            slo_tpot_s=args.slo_tpot,
+            slo_tbt_s=args.slo_tbt,
+            max_steps=args.max_steps,
+            replicas=replicas,
+            router=router,
+            on_progress=bar,
+        )
     wall = time.perf_counter() - started
     return _report(args, console, results, workload, wall, f"serving scheduler, {backend} loop")
 
@@ -1070,6 +1074,49 @@ def _simulate_with_progress(
             max_steps=args.max_steps,
             record_steps=args.steps_csv is not None,
         )
+
+
+@contextlib.contextmanager
+def _serving_progress(
+    configs: Sequence[ServingSimConfig], show: bool, console: Any
+) -> Iterator[Callable[[int, int, int], None] | None]:
+    """A progress bar on ``console`` (when ``show``), one line per configuration, and the
+    ``on_progress`` callback that drives it. The serving loop runs in the core and reports
+    only each configuration's start and end, so a running line pulses with its elapsed
+    time; rich redraws it from its own thread while the loop runs without the GIL."""
+    if not show:
+        yield None
+        return
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    with Progress(
+        SpinnerColumn(),
+        "[progress.description]{task.description}",
+        BarColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        tasks = [
+            progress.add_task(cfg.label(), total=None, start=False, status="waiting")
+            for cfg in configs
+        ]
+
+        def on_progress(index: int, done: int, total: int) -> None:
+            if done == 0:
+                progress.start_task(tasks[index])
+                progress.update(tasks[index], status=f"{total} requests")
+            else:
+                progress.update(tasks[index], total=total, completed=done, status="done")
+
+        yield on_progress
 
 
 def _write_steps(path: str, steps: Sequence[StepRecord] | None) -> None:
