@@ -166,3 +166,64 @@ def test_serving_run_is_silent_off_a_terminal() -> None:
         [sys.executable, "-m", "chunked_prefill", *argv], capture_output=True, text=True, check=True
     )
     assert proc.stderr == ""
+
+
+# ------------------------------------------------------------ synthetic lengths
+
+
+@pytest.mark.parametrize(
+    ("dist", "prompt_mean", "output_mean"),
+    [
+        ("chat", 1006.072, 101.403),
+        ("fixed", 1000.0, 100.0),
+        ("uniform", 1002.9375, 99.789),
+        ("exponential", 992.0065, 98.2475),
+    ],
+)
+def test_input_and_output_len(dist: str, prompt_mean: float, output_mean: float) -> None:
+    wl = default_workload(2000, input_len=1000, output_len=100, length_dist=dist)
+    assert (sum(wl.prompt_tokens) / 2000, sum(wl.output_tokens) / 2000) == (
+        prompt_mean,
+        output_mean,
+    )
+    assert wl.arrival_s == default_workload(2000).arrival_s
+
+
+def test_uniform_follows_vllm_bounds() -> None:
+    wl = default_workload(
+        5000, input_len=100, output_len=10, length_dist="uniform", range_ratio=0.25
+    )
+    assert (min(wl.prompt_tokens), max(wl.prompt_tokens)) == (75, 125)
+    assert (min(wl.output_tokens), max(wl.output_tokens)) == (7, 13)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--range-ratio", "0.2"],
+            "argument --range-ratio: applies to --length-dist uniform, not chat",
+        ),
+        (
+            ["--input-len", "5", "--prompt-scale", "2"],
+            "argument --prompt-scale: not with --input-len, which sets the mean length itself",
+        ),
+        (
+            ["--range-ratio", "1", "--length-dist", "uniform"],
+            "argument --range-ratio: expected a number in [0, 1), got '1'",
+        ),
+        (
+            ["--trace", "examples/trace.csv", "--input-len", "3"],
+            "--input-len applies to the synthetic workload, not to --trace",
+        ),
+    ],
+)
+def test_length_flag_errors(
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    assert one_error(capsys, ["simulate", *argv]) == message
+    assert one_error(capsys, ["search", "--slo-ttft", "2", *argv]) == message

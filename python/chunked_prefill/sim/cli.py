@@ -70,6 +70,7 @@ from .simulator import (
 from .workload import (
     DEFAULT_RATE,
     DEFAULT_REQUESTS,
+    LENGTH_DISTS,
     MAX_REQUESTS,
     MAX_TOKENS,
     TraceError,
@@ -239,6 +240,35 @@ def add_workload_flags(p: argparse.ArgumentParser, *, rate_help: str | None = No
         metavar="T",
         help="serving, synthetic only: sessions of T turns, each turn's prompt extending the"
         " previous turn's prompt and output (default: 1)",
+    )
+    w.add_argument(
+        "--input-len",
+        type=int_flag(1, 2**53),
+        metavar="N",
+        help="synthetic only: mean prompt tokens (default: the chat workload's own; 1024 for"
+        " the other --length-dist)",
+    )
+    w.add_argument(
+        "--output-len",
+        type=int_flag(1, 2**53),
+        metavar="N",
+        help="synthetic only: mean output tokens (default: the chat workload's own; 128 for"
+        " the other --length-dist)",
+    )
+    w.add_argument(
+        "--length-dist",
+        choices=LENGTH_DISTS,
+        metavar="DIST",
+        help="synthetic only: chat (lognormal, stretched to --input-len/--output-len),"
+        " fixed, uniform (vLLM's random dataset, see --range-ratio) or exponential"
+        " (default: chat)",
+    )
+    w.add_argument(
+        "--range-ratio",
+        type=float_flag(0.0, 1.0, high_open=True),
+        metavar="R",
+        help="--length-dist uniform: lengths in [floor(N (1 - R)), ceil(N (1 + R))], R in"
+        " [0, 1) (default: 0.5)",
     )
     w.add_argument(
         "--prompt-scale",
@@ -548,6 +578,10 @@ def workload_from_args(args: argparse.Namespace, *, rate: bool = True) -> Worklo
             ("--seed", args.seed),
             ("--prefix-groups", args.prefix_groups),
             ("--turns", args.turns),
+            ("--input-len", args.input_len),
+            ("--output-len", args.output_len),
+            ("--length-dist", args.length_dist),
+            ("--range-ratio", args.range_ratio),
         ):
             if value is not None:
                 raise UsageError(f"{flag} applies to the synthetic workload, not to --trace")
@@ -577,6 +611,19 @@ def workload_from_args(args: argparse.Namespace, *, rate: bool = True) -> Worklo
             raise UsageError("argument --hash-block: applies to a --trace with hash_ids")
         if args.prefix_groups is not None and not args.prefix_tokens:
             raise UsageError("argument --prefix-groups: needs --prefix-tokens N (N > 0)")
+        dist = args.length_dist or "chat"
+        if args.range_ratio is not None and dist != "uniform":
+            raise UsageError(
+                f"argument --range-ratio: applies to --length-dist uniform, not {dist}"
+            )
+        for flag, value, scale, scale_flag in (
+            ("--input-len", args.input_len, args.prompt_scale, "--prompt-scale"),
+            ("--output-len", args.output_len, args.output_scale, "--output-scale"),
+        ):
+            if value is not None and scale != 1.0:
+                raise UsageError(
+                    f"argument {scale_flag}: not with {flag}, which sets the mean length itself"
+                )
         try:
             wl = default_workload(
                 args.requests if args.requests is not None else DEFAULT_REQUESTS,
@@ -585,6 +632,10 @@ def workload_from_args(args: argparse.Namespace, *, rate: bool = True) -> Worklo
                 prefix_tokens=args.prefix_tokens or 0,
                 prefix_groups=args.prefix_groups or 1,
                 turns=args.turns or 1,
+                input_len=args.input_len,
+                output_len=args.output_len,
+                length_dist=dist,
+                range_ratio=args.range_ratio,
             )
         except ValueError as err:
             raise synthetic_error(args, err) from None
