@@ -18,8 +18,12 @@ CPU that a busy machine adds.
 
 Run (needs the ``hf`` extra)::
 
-    PYTHONPATH=python python benches/validate_simulator.py --out-dir run
-    PYTHONPATH=python python benches/validate_simulator.py --requests 30 --rate 10  # CI size
+    pip install '.[hf]'
+    python benches/validate_simulator.py --out-dir run
+    python benches/validate_simulator.py --requests 30 --rate 10  # CI size
+
+It reports on stderr as it goes: a line when each phase starts and, while the engine runs,
+a line every :data:`HEARTBEAT_S` seconds.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -99,6 +104,28 @@ def serving_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+HEARTBEAT_S = 5.0
+"""Seconds between two progress lines while the engine runs."""
+
+
+def say(text: str) -> None:
+    """A progress line on stderr (stdout keeps the report)."""
+    print(f"validate_simulator: {text}", file=sys.stderr, flush=True)
+
+
+def heartbeat(done: threading.Event, arrivals: list[float], started: float) -> None:
+    """Until ``done``, say every :data:`HEARTBEAT_S` seconds how far the engine's run is:
+    the requests that have arrived on its wall clock (the engine itself is not touched from
+    this thread)."""
+    while not done.wait(HEARTBEAT_S):
+        t = time.perf_counter() - started
+        arrived = sum(a <= t for a in arrivals)
+        say(
+            f"engine running: {t:.0f} s, {arrived} of {len(arrivals)} requests arrived"
+            f" (the last at {arrivals[-1]:.0f} s)"
+        )
+
+
 def run_engine(args: argparse.Namespace, workload: Workload, out: Path) -> dict[str, Any]:
     """Run the workload on the wall clock; the measured figures and the run's counters."""
     torch.set_num_threads(1)
@@ -106,12 +133,25 @@ def run_engine(args: argparse.Namespace, workload: Workload, out: Path) -> dict[
     config = chunked_prefill.ServingConfig(**serving_options(args))
     engine = hf.PagedEngine(model, config, separate_decodes=args.separate_decodes)
     engine.generate(workload.prompts[:8], max_new_tokens=4)  # warm up: first-call costs
-    engine.generate(
-        workload.prompts,
-        max_new_tokens=workload.outputs,
-        arrival_s=workload.arrival_s,
-        steps_csv=out / "steps.csv",
+    say(
+        f"running {len(workload.prompts)} requests through PagedEngine on the wall clock"
+        f" (the last arrives at {workload.arrival_s[-1]:.0f} s)"
     )
+    done = threading.Event()
+    beat = threading.Thread(
+        target=heartbeat, args=(done, workload.arrival_s, time.perf_counter()), daemon=True
+    )
+    beat.start()
+    try:
+        engine.generate(
+            workload.prompts,
+            max_new_tokens=workload.outputs,
+            arrival_s=workload.arrival_s,
+            steps_csv=out / "steps.csv",
+        )
+    finally:
+        done.set()
+        beat.join()
     runs, steps = engine.last_run, engine.last_steps
     wall = sum(s.duration_s for s in steps)
     ttft = np.array([r.first_token_s - r.arrival_s for r in runs])  # type: ignore[operator]
@@ -212,6 +252,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    say(f"{args.requests} requests at {args.rate:g}/s, seed {args.seed}; building the model")
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out_dir or Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
@@ -220,6 +261,7 @@ def main() -> None:
         t0 = time.perf_counter()
         measured = run_engine(args, workload, out)
         engine_s = time.perf_counter() - t0
+        say(f"engine done in {engine_s:.1f} s; fitting and simulating")
         (out / "measured.json").write_text(json.dumps(measured, indent=2) + "\n")
         steps, profile = str(out / "steps.csv"), str(out / "profile.json")
         fit = json.loads(cli(["fit", steps, "--out", profile, "--json"]))

@@ -16,7 +16,8 @@ HPY="$ROOT/.venv-hf/bin/python"
 "$HPY" -c "import torch, transformers, psutil; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 "$HPY" -m mypy
 (cd tests && "$HPY" -m pytest -q -p no:cacheprovider --rootdir "$ROOT" \
-    "$ROOT/tests/test_hf.py" "$ROOT/tests/test_hf_paged.py")
+    "$ROOT/tests/test_hf.py" "$ROOT/tests/test_hf_paged.py" "$ROOT/tests/test_hf_validate.py")
 # The simulator against the engine it models, at a small size (it checks that the loop runs
-# and prints its table; the agreement is a measurement, not a test).
+# and prints its table; the agreement is a measurement, not a test). test_hf_validate.py
+# runs the README's own lines, from the checkout without PYTHONPATH.
 (cd benches && "$HPY" validate_simulator.py --requests 30 --rate 10)

@@ -8,6 +8,7 @@ tests/test_hf.py in the hf venv.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -142,11 +143,14 @@ def test_command_runs(
 
 
 def test_example_trace_is_the_one_documented() -> None:
-    """examples/trace.csv is what docs/simulate.md says: 200 requests, the 4 columns."""
+    """examples/trace.csv is what docs/simulate.md says: 200 requests, the 6 columns, every
+    prompt longer than 128 tokens in prefix group ``system`` of 128 tokens."""
     from chunked_prefill.sim import load_trace
 
     text = (ROOT / "examples" / "trace.csv").read_text(encoding="utf-8")
-    assert text.splitlines()[0] == "arrival_s,prompt_tokens,output_tokens,cached_tokens"
+    assert text.splitlines()[0] == (
+        "arrival_s,prompt_tokens,output_tokens,cached_tokens,prefix_id,prefix_tokens"
+    )
     assert "\n".join(text.splitlines()[:4]) in (DOCS / "simulate.md").read_text(encoding="utf-8")
     trace = load_trace(ROOT / "examples" / "trace.csv")
     assert len(trace) == 200
@@ -154,6 +158,29 @@ def test_example_trace_is_the_one_documented() -> None:
     long_prompts = [i for i, n in enumerate(trace.prompt_tokens) if n > 128]
     assert [trace.cached_tokens[i] for i in long_prompts] == [0] + [128] * (len(long_prompts) - 1)
     assert sum(trace.cached_tokens) == 128 * (len(long_prompts) - 1)
+    assert trace.prefix_tokens == 128 and trace.shares_tokens
+    assert [i for i, g in enumerate(trace.group) if g == 0] == long_prompts
+    assert [g for g in trace.group if g != 0] == [-1] * (200 - len(long_prompts))
+
+
+def test_example_trace_hits_the_prefix_cache() -> None:
+    """The serving scheduler finds the trace's shared prefix without any flag (issue 24:
+    with the prefix only as cached_tokens it found none)."""
+    from chunked_prefill.sim import ServingSimConfig, load_trace, simulate_serving
+
+    trace = load_trace(ROOT / "examples" / "trace.csv")
+    (r,) = simulate_serving(trace, ServingSimConfig(chunk_size=512))
+    assert r.serving is not None
+    assert round(r.serving.prefix_hit_rate, 4) == 0.1482
+    argv = ["simulate", "--trace", "examples/trace.csv", "--chunk-size", "512", "--json", "--quiet"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "chunked_prefill", *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
+    assert round(json.loads(proc.stdout)[0]["prefix_hit_rate"], 4) == 0.1482
 
 
 def slug(heading: str) -> str:

@@ -9,11 +9,12 @@ chunked_prefill.sim``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .._args import (
@@ -72,6 +73,7 @@ from .steady import DEFAULT_DRAIN, DEFAULT_WARMUP
 from .workload import (
     DEFAULT_RATE,
     DEFAULT_REQUESTS,
+    LENGTH_DISTS,
     MAX_REQUESTS,
     MAX_TOKENS,
     TraceError,
@@ -242,6 +244,35 @@ def add_workload_flags(p: argparse.ArgumentParser, *, rate_help: str | None = No
         metavar="T",
         help="serving, synthetic only: sessions of T turns, each turn's prompt extending the"
         " previous turn's prompt and output (default: 1)",
+    )
+    w.add_argument(
+        "--input-len",
+        type=int_flag(1, 2**53),
+        metavar="N",
+        help="synthetic only: mean prompt tokens (default: the chat workload's own; 1024 for"
+        " the other --length-dist)",
+    )
+    w.add_argument(
+        "--output-len",
+        type=int_flag(1, 2**53),
+        metavar="N",
+        help="synthetic only: mean output tokens (default: the chat workload's own; 128 for"
+        " the other --length-dist)",
+    )
+    w.add_argument(
+        "--length-dist",
+        choices=LENGTH_DISTS,
+        metavar="DIST",
+        help="synthetic only: chat (lognormal, stretched to --input-len/--output-len),"
+        " fixed, uniform (vLLM's random dataset, see --range-ratio) or exponential"
+        " (default: chat)",
+    )
+    w.add_argument(
+        "--range-ratio",
+        type=float_flag(0.0, 1.0, high_open=True),
+        metavar="R",
+        help="--length-dist uniform: lengths in [floor(N (1 - R)), ceil(N (1 + R))], R in"
+        " [0, 1) (default: 0.5)",
     )
     w.add_argument(
         "--prompt-scale",
@@ -567,6 +598,10 @@ def workload_from_args(args: argparse.Namespace, *, rate: bool = True) -> Worklo
             ("--seed", args.seed),
             ("--prefix-groups", args.prefix_groups),
             ("--turns", args.turns),
+            ("--input-len", args.input_len),
+            ("--output-len", args.output_len),
+            ("--length-dist", args.length_dist),
+            ("--range-ratio", args.range_ratio),
         ):
             if value is not None:
                 raise UsageError(f"{flag} applies to the synthetic workload, not to --trace")
@@ -596,6 +631,19 @@ def workload_from_args(args: argparse.Namespace, *, rate: bool = True) -> Worklo
             raise UsageError("argument --hash-block: applies to a --trace with hash_ids")
         if args.prefix_groups is not None and not args.prefix_tokens:
             raise UsageError("argument --prefix-groups: needs --prefix-tokens N (N > 0)")
+        dist = args.length_dist or "chat"
+        if args.range_ratio is not None and dist != "uniform":
+            raise UsageError(
+                f"argument --range-ratio: applies to --length-dist uniform, not {dist}"
+            )
+        for flag, value, scale, scale_flag in (
+            ("--input-len", args.input_len, args.prompt_scale, "--prompt-scale"),
+            ("--output-len", args.output_len, args.output_scale, "--output-scale"),
+        ):
+            if value is not None and scale != 1.0:
+                raise UsageError(
+                    f"argument {scale_flag}: not with {flag}, which sets the mean length itself"
+                )
         try:
             wl = default_workload(
                 args.requests if args.requests is not None else DEFAULT_REQUESTS,
@@ -604,6 +652,10 @@ def workload_from_args(args: argparse.Namespace, *, rate: bool = True) -> Worklo
                 prefix_tokens=args.prefix_tokens or 0,
                 prefix_groups=args.prefix_groups or 1,
                 turns=args.turns or 1,
+                input_len=args.input_len,
+                output_len=args.output_len,
+                length_dist=dist,
+                range_ratio=args.range_ratio,
             )
         except ValueError as err:
             raise synthetic_error(args, err) from None
@@ -982,7 +1034,7 @@ def _run_serving(args: argparse.Namespace) -> int:
             if line not in lines:
                 lines.append(line)
                 console.print(f"[bold]KV cache[/]: {line}", highlight=False)
-        if any(workload.cached_tokens):
+        if any(workload.cached_tokens) and not workload.shares_tokens:
             console.print(
                 "[dim]note: the serving scheduler finds prefix-cache hits itself and ignores"
                 " the trace's cached_tokens column (--scheduler planner honours it)[/]",
@@ -992,23 +1044,26 @@ def _run_serving(args: argparse.Namespace) -> int:
     if not args.quiet and not args.json and (args.replicas or args.router):
         console.print(f"[bold]fleet[/]: {replicas} replica(s), {router} router", highlight=False)
     started = time.perf_counter()
-    results = simulate_serving(
-        workload,
-        configs,
-        engine=engine,
-        memory=memory,
-        gpu_memory_utilization=util,
-        backend=backend,
-        stall_threshold_s=args.stall_threshold,
-        slo_ttft_s=args.slo_ttft,
-        slo_tpot_s=args.slo_tpot,
-        slo_tbt_s=args.slo_tbt,
-        max_steps=args.max_steps,
-        replicas=replicas,
-        router=router,
-        warmup=args.warmup,
-        drain=args.drain,
-    )
+    err_console = Console(stderr=True)
+    with _serving_progress(configs, not args.quiet and err_console.is_terminal, err_console) as bar:
+        results = simulate_serving(
+            workload,
+            configs,
+            engine=engine,
+            memory=memory,
+            gpu_memory_utilization=util,
+            backend=backend,
+            stall_threshold_s=args.stall_threshold,
+            slo_ttft_s=args.slo_ttft,
+            slo_tpot_s=args.slo_tpot,
+            slo_tbt_s=args.slo_tbt,
+            max_steps=args.max_steps,
+            replicas=replicas,
+            router=router,
+            warmup=args.warmup,
+            drain=args.drain,
+            on_progress=bar,
+        )
     wall = time.perf_counter() - started
     return _report(args, console, results, workload, wall, f"serving scheduler, {backend} loop")
 
@@ -1108,6 +1163,49 @@ def _simulate_with_progress(
             max_steps=args.max_steps,
             record_steps=args.steps_csv is not None,
         )
+
+
+@contextlib.contextmanager
+def _serving_progress(
+    configs: Sequence[ServingSimConfig], show: bool, console: Any
+) -> Iterator[Callable[[int, int, int], None] | None]:
+    """A progress bar on ``console`` (when ``show``), one line per configuration, and the
+    ``on_progress`` callback that drives it. The serving loop runs in the core and reports
+    only each configuration's start and end, so a running line pulses with its elapsed
+    time; rich redraws it from its own thread while the loop runs without the GIL."""
+    if not show:
+        yield None
+        return
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    with Progress(
+        SpinnerColumn(),
+        "[progress.description]{task.description}",
+        BarColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        tasks = [
+            progress.add_task(cfg.label(), total=None, start=False, status="waiting")
+            for cfg in configs
+        ]
+
+        def on_progress(index: int, done: int, total: int) -> None:
+            if done == 0:
+                progress.start_task(tasks[index])
+                progress.update(tasks[index], status=f"{total} requests")
+            else:
+                progress.update(tasks[index], total=total, completed=done, status="done")
+
+        yield on_progress
 
 
 def _write_steps(path: str, steps: Sequence[StepRecord] | None) -> None:

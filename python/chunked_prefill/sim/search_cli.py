@@ -259,6 +259,10 @@ def _source(args: argparse.Namespace) -> RateWorkload:
         args.turns or 1,
         args.prompt_scale,
         args.output_scale,
+        args.input_len,
+        args.output_len,
+        args.length_dist or "chat",
+        args.range_ratio,
     )
 
 
@@ -449,6 +453,10 @@ def _workload_flags(args: argparse.Namespace, requests: int | None = None) -> li
         ("--hash-block", args.hash_block),
         ("--prefix-groups", args.prefix_groups),
         ("--turns", args.turns),
+        ("--input-len", args.input_len),
+        ("--output-len", args.output_len),
+        ("--length-dist", args.length_dist),
+        ("--range-ratio", args.range_ratio),
     ):
         if value is not None:
             out += [flag, str(value)]

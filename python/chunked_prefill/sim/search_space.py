@@ -21,7 +21,14 @@ from .engine import ENGINE_PRESETS, MEMORY_PRESETS, EngineModel, KVMemory
 from .roofline import StepTimeModel
 from .router import ROUTERS
 from .serving import ServingSimConfig, memory_of
-from .workload import DEFAULT_REQUESTS, MAX_REQUESTS, MAX_TOKENS, Workload, default_workload
+from .workload import (
+    DEFAULT_REQUESTS,
+    MAX_REQUESTS,
+    MAX_TOKENS,
+    Workload,
+    check_lengths,
+    default_workload,
+)
 
 __all__ = [
     "ROUTERS",
@@ -54,6 +61,10 @@ class SyntheticWorkload:
     turns: int = 1
     prompt_scale: float = 1.0
     output_scale: float = 1.0
+    input_len: int | None = None
+    output_len: int | None = None
+    length_dist: str = "chat"
+    range_ratio: float | None = None
 
     def __post_init__(self) -> None:
         # default_workload's rules, checked here so that a bad value is refused before the
@@ -68,6 +79,14 @@ class SyntheticWorkload:
             object.__setattr__(self, name, count(name, getattr(self, name), low, high))
         for name in ("prompt_scale", "output_scale"):
             object.__setattr__(self, name, real(name, getattr(self, name), 0.0, low_open=True))
+        check_lengths(
+            self.input_len,
+            self.output_len,
+            self.length_dist,
+            self.range_ratio,
+            self.prompt_scale,
+            self.output_scale,
+        )
 
     def at_rate(self, rate: float) -> Workload:
         """The workload ``chunked-prefill simulate --rate RATE`` with these flags runs."""
@@ -78,6 +97,10 @@ class SyntheticWorkload:
             prefix_tokens=self.prefix_tokens,
             prefix_groups=self.prefix_groups,
             turns=self.turns,
+            input_len=self.input_len,
+            output_len=self.output_len,
+            length_dist=self.length_dist,
+            range_ratio=self.range_ratio,
         )
         return wl.scaled(self.prompt_scale, 1.0).scaled(1.0, self.output_scale)
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ._check import boolean, check_engine, count, items, kind, real, show
+from ._check import boolean, check_callback, check_engine, count, items, kind, real, show
 from .engine import (
     DEFAULT_ENGINE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -32,6 +32,7 @@ from .serving_loop import SimLoopError, check_fits, run_loop
 from .simulator import (
     DEFAULT_STALL_THRESHOLD_S,
     Percentiles,
+    ProgressCallback,
     ServingStats,
     SimResult,
     StepLimitError,
@@ -332,6 +333,7 @@ def simulate_serving(
     router: str = "round-robin",
     warmup: float = DEFAULT_WARMUP,
     drain: float = DEFAULT_DRAIN,
+    on_progress: ProgressCallback | None = None,
 ) -> list[SimResult]:
     """Run ``workload`` through the serving scheduler once per configuration.
 
@@ -352,6 +354,9 @@ def simulate_serving(
     the engine finished fewer requests than arrived. Raises ``ValueError`` for a
     configuration the scheduler refuses, a request the pool can never hold (naming it) or
     a run past ``max_steps`` (:class:`StepLimitError`).
+    ``on_progress(config_index, done, total)`` is called with ``done = 0`` as each
+    configuration starts and ``done = total`` (the workload's requests) when it ends: the
+    loop runs in the core and reports nothing between.
     """
     import numpy as np
 
@@ -385,6 +390,7 @@ def simulate_serving(
     replicas, router = check_fleet(replicas, router)
     warmup = real("warmup", warmup, 0.0, 0.5, high_open=True)
     drain = real("drain", drain, 0.0, 0.5, high_open=True)
+    check_callback("on_progress", on_progress)
     slo = {
         k: v
         for k, v in (("ttft_s", slo_ttft_s), ("tpot_s", slo_tpot_s), ("tbt_s", slo_tbt_s))
@@ -402,7 +408,9 @@ def simulate_serving(
         if steps > max_steps:
             raise StepLimitError(cfg, steps, max_steps, reason, estimated=True)
     results = []
-    for cfg, options in zip(cfg_list, resolved):
+    for index, (cfg, options) in enumerate(zip(cfg_list, resolved)):
+        if on_progress is not None:
+            on_progress(index, 0, len(workload))
         try:
             if backend == "rust":
                 raw = _run_rust(workload, options, engine, max_steps, replicas, router)
@@ -422,6 +430,8 @@ def simulate_serving(
         replica = arrays["replica"].astype(np.uint64)
         stats = replace(result.serving, replicas=replicas, router=router, replica=replica)
         results.append(replace(result, serving=stats))
+        if on_progress is not None:
+            on_progress(index, len(workload), len(workload))
     return results
 
 

@@ -484,14 +484,22 @@ def simulate(
     record_steps: bool = False,
     on_progress: ProgressCallback | None = None,
     max_steps: int | None = None,
+    scheduler: str | None = None,
 ) -> list[SimResult]:
-    """Replay ``workload`` through the scheduler once per configuration.
+    """Replay ``workload`` through a scheduler once per configuration.
 
-    ``configs`` defaults to :func:`expand_configs` of the default chunk sizes (256, 512,
-    2048 and whole prompts). ``backend`` picks the scheduler implementation (see
-    :func:`resolve_backend`); both give identical results. ``record_steps`` keeps a
-    :class:`StepRecord` per step in ``SimResult.step_log`` (slow, for checks). Returns one
-    :class:`SimResult` per configuration, in order.
+    ``scheduler`` is ``"serving"`` (the serving scheduler, as the command line's default,
+    through :func:`~chunked_prefill.sim.simulate_serving` with its defaults) or
+    ``"planner"`` (the original planner); ``None`` (the default) takes it from the
+    configurations: :class:`SimConfig` values run the planner,
+    :class:`~chunked_prefill.sim.serving.ServingSimConfig` values the serving scheduler,
+    and no configurations the serving scheduler. ``configs`` defaults to the default chunk
+    sizes (256, 512, 2048 and whole prompts) of :func:`expand_configs` (planner) or
+    :func:`~chunked_prefill.sim.expand_serving_configs` (serving). ``backend`` picks the
+    implementation (see :func:`resolve_backend`); both give identical results.
+    ``record_steps`` (planner only) keeps a :class:`StepRecord` per step in
+    ``SimResult.step_log`` (slow, for checks). Returns one :class:`SimResult` per
+    configuration, in order.
 
     Every configuration is checked before any runs (a bad one raises ``ValueError``
     naming it). ``max_steps`` bounds the engine steps of each configuration: one whose
@@ -507,6 +515,20 @@ def simulate(
         workload = Workload.from_requests(workload)
     if len(workload) == 0:
         raise ValueError("the workload holds no requests")
+    if isinstance(configs, Iterable) and not isinstance(configs, (str, bytes, Mapping)):
+        configs = list(configs)  # a generator is read once, to see what it holds
+    scheduler = _scheduler_of(configs, scheduler)
+    if scheduler == "serving":
+        return _simulate_serving(
+            workload,
+            configs,
+            engine,
+            backend,
+            stall_threshold_s,
+            record_steps,
+            on_progress,
+            max_steps,
+        )
     if isinstance(configs, SimConfig):
         cfg_list = [configs]
     elif configs is None:
@@ -545,6 +567,67 @@ def simulate(
 
 
 _NO_LIMIT = 2**128
+
+
+def _scheduler_of(configs: object, scheduler: object) -> str:
+    """``"planner"`` or ``"serving"``: ``scheduler`` when given, else the kind of
+    ``configs`` (serving when there are none)."""
+    from .serving import ServingSimConfig
+
+    if scheduler is not None:
+        if not isinstance(scheduler, str) or scheduler not in ("planner", "serving"):
+            raise ValueError(
+                f"scheduler must be 'serving', 'planner' or None, got {show(scheduler)}"
+            )
+        return scheduler
+    if configs is None or isinstance(configs, ServingSimConfig):
+        return "serving"
+    if isinstance(configs, SimConfig):
+        return "planner"
+    if (
+        isinstance(configs, list)
+        and configs
+        and all(isinstance(c, ServingSimConfig) for c in configs)
+    ):
+        return "serving"
+    return "planner"  # any other iterable: the planner's checks name what is wrong
+
+
+def _simulate_serving(
+    workload: Workload,
+    configs: object,
+    engine: StepTimeModel,
+    backend: Backend,
+    stall_threshold_s: float,
+    record_steps: object,
+    on_progress: ProgressCallback | None,
+    max_steps: int | None,
+) -> list[SimResult]:
+    """:func:`simulate` with ``scheduler="serving"``."""
+    from .serving import ServingSimConfig, expand_serving_configs, simulate_serving
+
+    check_engine(engine)
+    real("stall_threshold_s", stall_threshold_s, 0.0)
+    if boolean("record_steps", record_steps):
+        raise ValueError(
+            "record_steps needs scheduler='planner' (the serving loop records no steps)"
+        )
+    if configs is None:
+        configs = expand_serving_configs()
+    elif not isinstance(configs, ServingSimConfig):
+        configs = items("configs", configs, "ServingSimConfig values", empty=True)
+        for i, cfg in enumerate(configs):
+            kind(f"configs[{i}]", cfg, (ServingSimConfig,), "a ServingSimConfig")
+    check_callback("on_progress", on_progress)
+    return simulate_serving(
+        workload,
+        configs,
+        engine=engine,
+        backend=backend_name(resolve_backend(backend)),
+        stall_threshold_s=stall_threshold_s,
+        max_steps=U64_MAX if max_steps is None else max_steps,
+        on_progress=on_progress,
+    )
 
 
 def check_configs(

@@ -356,6 +356,108 @@ class ChatWorkloadSpec:
         for name in ("max_prompt_tokens", "max_output_tokens"):
             object.__setattr__(self, name, count(name, getattr(self, name), 1, MAX_SAMPLED))
 
+    def mean_prompt_tokens(self) -> float:
+        """The mean prompt length before rounding: the lognormal mixture clipped at
+        ``max_prompt_tokens``."""
+        return (1 - self.long_fraction) * _clipped_lognormal_mean(
+            self.chat_prompt_median, self.chat_prompt_sigma, self.max_prompt_tokens
+        ) + self.long_fraction * _clipped_lognormal_mean(
+            self.long_prompt_median, self.long_prompt_sigma, self.max_prompt_tokens
+        )
+
+    def mean_output_tokens(self) -> float:
+        """The mean output length before rounding (clipped at ``max_output_tokens``)."""
+        return _clipped_lognormal_mean(
+            self.output_median, self.output_sigma, self.max_output_tokens
+        )
+
+    def with_means(self, input_len: int | None, output_len: int | None) -> ChatWorkloadSpec:
+        """The same shapes stretched so that the mean prompt is ``input_len`` and the mean
+        output ``output_len`` tokens (``None`` keeps one): medians and maxima multiplied by
+        one factor each, which multiplies the clipped mean by the same factor."""
+        out = self
+        if input_len is not None:
+            k = input_len / self.mean_prompt_tokens()
+            out = replace(
+                out,
+                chat_prompt_median=self.chat_prompt_median * k,
+                long_prompt_median=self.long_prompt_median * k,
+                max_prompt_tokens=max(1, min(MAX_SAMPLED, round(self.max_prompt_tokens * k))),
+            )
+        if output_len is not None:
+            k = output_len / self.mean_output_tokens()
+            out = replace(
+                out,
+                output_median=self.output_median * k,
+                max_output_tokens=max(1, min(MAX_SAMPLED, round(self.max_output_tokens * k))),
+            )
+        return out
+
+
+def _clipped_lognormal_mean(median: float, sigma: float, high: float) -> float:
+    """``E[min(X, high)]`` for a lognormal ``X`` of this median and log-sigma."""
+    if sigma == 0:
+        return min(median, high)
+    mu = math.log(median)
+    z = (math.log(high) - mu) / sigma
+
+    def phi(x: float) -> float:
+        return 0.5 * (1 + math.erf(x / math.sqrt(2)))
+
+    return math.exp(mu + sigma * sigma / 2) * phi(z - sigma) + high * (1 - phi(z))
+
+
+LENGTH_DISTS = ("chat", "fixed", "uniform", "exponential")
+"""The synthetic workload's length distributions (``--length-dist``)."""
+DEFAULT_INPUT_LEN = 1024
+"""The mean prompt of ``fixed``, ``uniform`` and ``exponential`` unless told (vLLM's
+``--random-input-len``)."""
+DEFAULT_OUTPUT_LEN = 128
+"""Their mean output unless told (vLLM's ``--random-output-len``)."""
+DEFAULT_RANGE_RATIO = 0.5
+"""The ``uniform`` distribution's half-width relative to its mean unless told."""
+
+
+def check_lengths(
+    input_len: object,
+    output_len: object,
+    length_dist: object,
+    range_ratio: object,
+    prompt_scale: float,
+    output_scale: float,
+) -> tuple[int | None, int | None, str, float | None]:
+    """:func:`default_workload`'s length arguments, checked (a ``ValueError`` naming the
+    argument)."""
+    mean_in: int | None = count("input_len", input_len, 1, MAX_SAMPLED, none=True)
+    mean_out: int | None = count("output_len", output_len, 1, MAX_SAMPLED, none=True)
+    if not isinstance(length_dist, str) or length_dist not in LENGTH_DISTS:
+        raise ValueError(
+            f"length_dist must be one of {', '.join(map(repr, LENGTH_DISTS))}, got"
+            f" {show(length_dist)}"
+        )
+    ratio: float | None = real("range_ratio", range_ratio, 0.0, 1.0, high_open=True, none=True)
+    if ratio is not None and length_dist != "uniform":
+        raise ValueError(f"range_ratio applies to length_dist 'uniform', not {length_dist!r}")
+    if mean_in is not None and prompt_scale != 1.0:
+        raise ValueError("input_len and prompt_scale: give one (input_len sets the mean prompt)")
+    if mean_out is not None and output_scale != 1.0:
+        raise ValueError("output_len and output_scale: give one (output_len sets the mean output)")
+    return mean_in, mean_out, length_dist, ratio
+
+
+def _draw_lengths(rng: Any, n: int, mean: int, dist: str, ratio: float, low_limit: int) -> Any:
+    """``n`` lengths of mean ``mean`` from ``dist`` (not ``chat``), each at least 1."""
+    import numpy as np
+
+    if dist == "fixed":
+        return np.full(n, mean, dtype=np.int64)
+    if dist == "uniform":  # vLLM's random dataset: [floor(X (1 - r)), ceil(X (1 + r))]
+        low = max(low_limit, math.floor(mean * (1 - ratio)))
+        high = math.ceil(mean * (1 + ratio))
+        return rng.integers(low, high + 1, n, dtype=np.int64)
+    drawn = rng.exponential(float(mean), n)
+    return np.clip(np.rint(drawn), 1, MAX_SAMPLED).astype(np.int64)
+
 
 DEFAULT_REQUESTS = 1000
 """How many requests :func:`default_workload` makes unless told."""
@@ -376,8 +478,23 @@ def default_workload(
     prefix_tokens: int = 0,
     prefix_groups: int = 1,
     turns: int = 1,
+    input_len: int | None = None,
+    output_len: int | None = None,
+    length_dist: str = "chat",
+    range_ratio: float | None = None,
 ) -> Workload:
     """The embedded synthetic chat workload (see :class:`ChatWorkloadSpec`).
+
+    Lengths: ``length_dist="chat"`` (the default) is :class:`ChatWorkloadSpec`, its shapes
+    stretched to a mean prompt of ``input_len`` and a mean output of ``output_len`` tokens
+    when given (:meth:`ChatWorkloadSpec.with_means`). ``"fixed"`` gives every request
+    ``input_len`` and ``output_len`` tokens; ``"uniform"`` draws whole numbers in
+    ``[floor(X (1 - r)), ceil(X (1 + r))]`` for mean ``X`` and ``r = range_ratio`` in
+    [0, 1) (default 0.5), as vLLM's random dataset (``--random-range-ratio``), at least 1;
+    ``"exponential"`` rounds exponential draws of mean ``X``, at least 1. Their means
+    default to vLLM's 1024 and 128. They come from a third generator, so the arrivals are
+    those of the chat workload of the same seed. ``input_len`` replaces ``prompt_scale``,
+    ``output_len`` ``output_scale`` (giving both is an error).
 
     Arrivals are a Poisson process of ``rate`` requests per second (exponential gaps, the
     first request arriving after the first gap); ``rate=math.inf`` puts every request at
@@ -408,7 +525,12 @@ def default_workload(
     prefix_tokens = count("prefix_tokens", prefix_tokens, 0, MAX_TOKENS)
     prefix_groups = count("prefix_groups", prefix_groups, 1, MAX_TOKENS)
     turns = count("turns", turns, 1, MAX_TOKENS)
+    input_len, output_len, length_dist, range_ratio = check_lengths(
+        input_len, output_len, length_dist, range_ratio, prompt_scale, output_scale
+    )
     spec = spec or ChatWorkloadSpec()
+    if length_dist == "chat":
+        spec = spec.with_means(input_len, output_len)
     rng = np.random.default_rng(seed)
     is_long = rng.random(requests) < spec.long_fraction
     chat = rng.lognormal(math.log(spec.chat_prompt_median), spec.chat_prompt_sigma, requests)
@@ -419,11 +541,27 @@ def default_workload(
     gaps = rng.standard_exponential(requests)
     arrivals = np.zeros(requests) if math.isinf(rate) else np.cumsum(gaps / rate)
     rate_text = "inf" if math.isinf(rate) else f"{rate:g}"
+    kind_text = "chat"
+    if length_dist != "chat":
+        lengths = np.random.default_rng([seed, 24])
+        x_in = DEFAULT_INPUT_LEN if input_len is None else input_len
+        x_out = DEFAULT_OUTPUT_LEN if output_len is None else output_len
+        ratio = DEFAULT_RANGE_RATIO if range_ratio is None else range_ratio
+        prompt = _draw_lengths(lengths, requests, x_in, length_dist, ratio, 1)
+        output = _draw_lengths(lengths, requests, x_out, length_dist, ratio, 1)
+        shape = f" (range ratio {ratio:g})" if length_dist == "uniform" else ""
+        kind_text = f"{length_dist} lengths{shape}: prompt {x_in}, output {x_out}"
+    elif input_len is not None or output_len is not None:
+        kind_text = (
+            f"chat, mean prompt {input_len or 'as drawn'}, output {output_len or 'as drawn'}"
+        )
     if prefix_tokens or turns > 1:
         shared = _shared_workload(
             requests, rate, seed, prompt, output, arrivals, prefix_tokens, prefix_groups, turns
         )
         parts = [f"{requests} requests", f"{rate_text} req/s", f"seed {seed}"]
+        if kind_text != "chat":
+            parts.append(kind_text)
         if prefix_tokens:
             parts.append(f"{prefix_tokens}-token prefix x {prefix_groups} group(s)")
         if turns > 1:
@@ -434,7 +572,9 @@ def default_workload(
         arrival_s=tuple(float(a) for a in arrivals.tolist()),
         prompt_tokens=tuple(int(p) for p in prompt.tolist()),
         output_tokens=tuple(int(o) for o in output.tolist()),
-        source=f"synthetic chat workload ({requests} requests, {rate_text} req/s, seed {seed})",
+        source=f"synthetic chat workload ({requests} requests, {rate_text} req/s, seed {seed}"
+        + ("" if kind_text == "chat" else f", {kind_text}")
+        + ")",
     )
     return workload.scaled(prompt_scale, output_scale)
 
@@ -557,6 +697,7 @@ FIELD_ALIASES: Mapping[str, tuple[str, ...]] = {
     "hash_ids": ("hash_ids", "block_hashes", "prefix_hashes"),
     "session_id": ("session_id", "session", "conversation_id", "conv_id", "chat_id"),
     "prefix_id": ("prefix_id", "prefix_group", "system_prompt_id"),
+    "prefix_tokens": ("prefix_tokens", "prefix_len", "prefix_length", "system_prompt_tokens"),
 }
 """Column names accepted for each field. Matching ignores case, ``_``, ``-`` and spaces, so
 ``ContextTokens`` (Azure LLM inference traces), ``Request tokens`` (BurstGPT) and
@@ -627,6 +768,7 @@ class _Columns:
         self.hash_ids: list[tuple[int, ...]] = []
         self.session: list[str | None] = []
         self.prefix: list[str | None] = []
+        self.prefix_tokens: tuple[int, int] | None = None  # (line, value) of the first row
         self.time_kind: str | None = None  # "number" or "datetime", fixed by the first row
 
 
@@ -794,6 +936,27 @@ def _add_row(
             high=I64_MAX,
             what=f"a whole number in [{I64_MIN}, {I64_MAX}]",
         )
+    if "prefix_tokens" in values:
+        shared = _parse_int(
+            path,
+            line,
+            mapping["prefix_tokens"],
+            values["prefix_tokens"],
+            low=0,
+            high=MAX_TOKENS,
+            what=f"a whole number of tokens in [0, {MAX_TOKENS}]",
+        )
+        if cols.prefix_tokens is None:
+            cols.prefix_tokens = (line, shared)
+        elif shared != cols.prefix_tokens[1]:
+            first_line, first = cols.prefix_tokens
+            raise TraceError(
+                path,
+                line,
+                mapping["prefix_tokens"],
+                f"is {shared}, but line {first_line} gave {first}: every row shares the same"
+                " prefix length",
+            )
     hashes: tuple[int, ...] = ()
     if "hash_ids" in values:
         hashes = _parse_hashes(path, line, mapping["hash_ids"], values["hash_ids"])
@@ -945,7 +1108,9 @@ def load_trace(
     hashes of the prompt, ``hash_block`` tokens each: equal hashes are equal blocks),
     ``session_id`` (rows of one session are turns of one token stream, each prompt
     extending the last) and ``prefix_id`` (rows with one id share their first
-    ``prefix_tokens`` prompt tokens), all optional.
+    ``prefix_tokens`` prompt tokens), all optional. A ``prefix_tokens`` column gives that
+    length in the file (the same on every row that has it); the argument, when not 0,
+    overrides it.
     """
     name = check_path("path", path)
     if not isinstance(time_unit, str) or time_unit not in _TIME_UNITS:
@@ -988,6 +1153,8 @@ def load_trace(
 
     has_session = any(k is not None for k in cols.session)
     has_prefix = any(k is not None for k in cols.prefix)
+    if prefix_tokens == 0 and cols.prefix_tokens is not None:
+        prefix_tokens = cols.prefix_tokens[1]
     if has_session:  # rows without a session are sessions of their own
         cols.session = [f"\0{i}" if k is None else k for i, k in enumerate(cols.session)]
     return Workload(
