@@ -139,11 +139,16 @@ Every scheduler option takes a comma list; the configurations run are the cross 
 of all lists (options that do not apply are dropped, duplicates removed)."""
 
 _EPILOG = f"""\
-step time model: max(t_min, c0 + c_tok*(prefill+decode tokens)) + c_attn*(prefill
-(query, key) pairs) + c_kv*(context tokens of the decode requests), in seconds.
+step time model (linear engines): max(t_min, c0 + c_tok*(prefill+decode tokens)) +
+c_attn*(prefill (query, key) pairs) + c_kv*(context tokens of the decode requests) +
+c_chunk_sq*(sum over the step's chunks of their tokens squared), in seconds; --model
+--gpu gives a roofline instead (docs/engines.md).
+SLOs, goodput and the served rate are measured on the steady part: --warmup and --drain
+leave out the first and last arrivals; a run that serves fewer requests than arrive is
+flagged overloaded (docs/simulate.md).
 Trace columns: arrival_s, prompt_tokens, output_tokens (+ optional cached_tokens,
-priority, hash_ids, session_id, prefix_id); common public-trace names are accepted as
-aliases. Token counts are whole numbers up to {MAX_TOKENS} (2**63 - 1); arrival
+priority, hash_ids, session_id, prefix_id, prefix_tokens); common public-trace names are
+accepted as aliases. Token counts are whole numbers up to {MAX_TOKENS} (2**63 - 1); arrival
 times up to 2**53 in --time-unit.
 
 Every bad input is one line 'chunked-prefill simulate: error: ...' on stderr and exit
@@ -1033,16 +1038,21 @@ def _run_serving(args: argparse.Namespace) -> int:
                 line = f"{cfg.num_blocks} blocks of {cfg.block_size} tokens (--num-blocks)"
             if line not in lines:
                 lines.append(line)
-                console.print(f"[bold]KV cache[/]: {line}", highlight=False)
+                console.print(f"[bold]KV cache[/]: {line}", highlight=False, soft_wrap=True)
         if any(workload.cached_tokens) and not workload.shares_tokens:
             console.print(
                 "[dim]note: the serving scheduler finds prefix-cache hits itself and ignores"
                 " the trace's cached_tokens column (--scheduler planner honours it)[/]",
                 highlight=False,
+                soft_wrap=True,
             )
     replicas, router = fleet_of(args)
     if not args.quiet and not args.json and (args.replicas or args.router):
-        console.print(f"[bold]fleet[/]: {replicas} replica(s), {router} router", highlight=False)
+        console.print(
+            f"[bold]fleet[/]: {replicas} replica(s), {router} router",
+            highlight=False,
+            soft_wrap=True,
+        )
     started = time.perf_counter()
     err_console = Console(stderr=True)
     with _serving_progress(configs, not args.quiet and err_console.is_terminal, err_console) as bar:
@@ -1100,6 +1110,7 @@ def _report(
             + (f"; plot written to {args.plot}" if args.plot else "")
             + "[/]",
             highlight=False,
+            soft_wrap=True,
         )
     return 0
 
@@ -1114,9 +1125,12 @@ def _print_setup(
         f" mean output {summary['output_tokens_mean']:.0f} (max"
         f" {summary['output_tokens_max']}) tokens",
         highlight=False,
+        soft_wrap=True,
     )
     if isinstance(engine, RooflineModel):
-        console.print(f"[bold]engine[/]: {roofline_line(engine, blocks)}", highlight=False)
+        console.print(
+            f"[bold]engine[/]: {roofline_line(engine, blocks)}", highlight=False, soft_wrap=True
+        )
         return
     console.print(
         f"[bold]engine[/]: {engine.name}: max({engine.t_min_s * 1e3:g} ms,"
@@ -1124,6 +1138,7 @@ def _print_setup(
         f" + {engine.c_attn_s * 1e9:g} ns/(q,k) pair + {engine.c_kv_s * 1e6:g} us/context"
         f" token + {engine.c_chunk_sq_s * 1e9:g} ns/squared chunk token",
         highlight=False,
+        soft_wrap=True,
     )
 
 

@@ -438,7 +438,7 @@ def latency_figure(results: Sequence[SimResult], *, workload: str | None = None)
     if serving:
         _kv_panel(fig.add_subplot(grid[2, :]), results)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for index, (r, label) in enumerate(zip(results, short_labels(results))):
+    for index, (r, label) in enumerate(zip(results, plot_labels(results))):
         color = colors[index % len(colors)]
         for ax, tail, values, weights in (
             (ax_ttft, tail_ttft, r.ttft, None),
@@ -460,6 +460,7 @@ def latency_figure(results: Sequence[SimResult], *, workload: str | None = None)
         tail.axhline(1e-3, color="grey", linestyle=":", linewidth=0.8, label="p99.9")
     for ax in (ax_ttft, ax_tbt, tail_ttft, tail_tbt):
         ax.set_xscale("log")
+        plain_log_ticks(ax.xaxis)
         ax.grid(True, which="both", alpha=0.3)
     tail_ttft.set_xlabel("TTFT, ms (log scale)")
     tail_tbt.set_xlabel("TBT, ms (log scale)")
@@ -480,12 +481,41 @@ def latency_figure(results: Sequence[SimResult], *, workload: str | None = None)
     return fig
 
 
+def plot_labels(results: Sequence[SimResult]) -> list[str]:
+    """:func:`short_labels`, each overloaded run marked as such."""
+    return [
+        f"{label} (overloaded)" if r.serving is not None and r.serving.overloaded else label
+        for label, r in zip(short_labels(results), results)
+    ]
+
+
+def plain_log_ticks(axis: Any) -> None:
+    """Tick labels of a log axis as plain numbers (``40``, not ``4x10^1``); minor ticks
+    are labelled all on an axis within a decade, at 2 and 5 on one up to three decades,
+    and not at all on a longer one (where they would overlap)."""
+    from matplotlib.ticker import FuncFormatter
+
+    def minor(value: float, _pos: int | None) -> str:
+        lo, hi = sorted(axis.get_view_interval())
+        decades = math.log10(hi / lo) if lo > 0 else math.inf
+        mantissa = round(value / 10 ** math.floor(math.log10(value)), 6) if value > 0 else 0
+        if decades <= 1 or (decades <= 3 and mantissa in (2, 5)):
+            return f"{value:g}"
+        return ""
+
+    axis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
+    axis.set_minor_formatter(FuncFormatter(minor))
+
+
 def _kv_panel(ax: Any, results: Sequence[SimResult]) -> None:
     """KV-cache usage over time, one line per configuration (the serving scheduler's)."""
     import matplotlib.pyplot as plt
 
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for index, (r, label) in enumerate(zip(results, short_labels(results))):
+    # Configurations often use the pool alike: a dash pattern and width of its own keep
+    # each line visible where they coincide.
+    styles = ("-", "--", ":", "-.")
+    for index, (r, label) in enumerate(zip(results, plot_labels(results))):
         s = r.serving
         if s is None or not s.kv_series_t.size:
             continue
@@ -495,7 +525,8 @@ def _kv_panel(ax: Any, results: Sequence[SimResult]) -> None:
             s.kv_series_t,
             used,
             color=colors[index % len(colors)],
-            linewidth=0.8,
+            linestyle=styles[index % len(styles)],
+            linewidth=0.8 + 1.2 * (len(results) - 1 - index) / max(len(results) - 1, 1),
             label=f"{label} ({s.preemptions} preemptions)",
         )
     ax.set_ylim(0, 1.05)
@@ -503,7 +534,8 @@ def _kv_panel(ax: Any, results: Sequence[SimResult]) -> None:
     ax.set_ylabel("KV blocks in use (fraction of the pool)")
     ax.set_title("KV-cache usage over time")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small", loc="lower right")
+    # Beside the panel, not over it: a full pool is where the lines are.
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 
 
 def plot_cdfs(results: Sequence[SimResult], path: str, *, workload: str | None = None) -> None:

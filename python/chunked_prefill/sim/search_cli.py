@@ -388,7 +388,9 @@ def _report(
         sys.stdout.write(json.dumps(items, indent=2, allow_nan=False) + "\n")
         sys.stdout.flush()
         return 0
-    print_whole(search_table(items, title=_title(args, source)), console)
+    # The title on a line of its own: a table title is wrapped to the table's width.
+    console.print(_title(args, source), highlight=False, soft_wrap=True, style="italic")
+    print_whole(search_table(items), console)
     best = items[0]
     if best["at_capacity"] is None:
         console.print("[bold red]no configuration meets the SLOs at any probed rate[/]")
@@ -420,13 +422,14 @@ def _where(args: argparse.Namespace) -> str:
 def _title(args: argparse.Namespace, source: RateWorkload) -> str:
     what = args.trace if args.trace is not None else "synthetic chat workload"
     requests = len(source) if isinstance(source, Workload) else getattr(source, "requests", 0)
+    more = "" if isinstance(source, Workload) else " (or more, until a probe's run is steady)"
     slos = [
         f"{name} {value:g} s"
         for name, value in (("TTFT", args.slo_ttft), ("TPOT", args.slo_tpot), ("TBT", args.slo_tbt))
         if value is not None
     ]
     return (
-        f"capacity search: {what}, {requests} requests; SLOs {', '.join(slos)} for"
+        f"capacity search: {what}, {requests} requests{more}; SLOs {', '.join(slos)} for"
         f" {args.attainment:g} of requests"
     )
 

@@ -118,7 +118,7 @@ def search_figure(items: Sequence[dict[str, Any]], *, top: int = 4, title: str =
     """Capacity per configuration (bars, best on top) and, for the ``top`` best, the
     fraction of requests meeting the SLOs, TTFT p99 and TBT p99 against the probed rate
     (items need ``keep_runs``); a dotted line marks each one's capacity."""
-    from .report import require_matplotlib
+    from .report import plain_log_ticks, require_matplotlib
 
     require_matplotlib()
     import matplotlib
@@ -130,7 +130,10 @@ def search_figure(items: Sequence[dict[str, Any]], *, top: int = 4, title: str =
     grid = fig.add_gridspec(3, 2, width_ratios=(1, 1.2))
     bars = fig.add_subplot(grid[:, 0])
     labels = [item_label(it, items) for it in items]
-    bars.barh(range(len(items)), [it["capacity_rps"] for it in items], color="tab:green")
+    drawn = bars.barh(range(len(items)), [it["capacity_rps"] for it in items], color="tab:green")
+    values = [(">=" if it["capped"] else "") + f"{it['capacity_rps']:.3g}" for it in items]
+    bars.bar_label(drawn, labels=values, padding=3, fontsize="small")
+    bars.margins(x=0.15)  # room for the value past the longest bar
     bars.set_yticks(range(len(items)), labels, fontsize="small")
     bars.invert_yaxis()
     bars.set_xlabel("capacity, requests/s (SLOs met)")
@@ -147,17 +150,27 @@ def search_figure(items: Sequence[dict[str, Any]], *, top: int = 4, title: str =
         color = colors[index % len(colors)]
         probes = sorted((p for p in it["probes"] if "run" in p), key=lambda p: p["rate_rps"])
         rates = [p["rate_rps"] for p in probes]
+        over = [bool(p["run"].get("overloaded")) for p in probes]
         for ax, (_name, get) in zip(panels, figures):
-            ax.plot(rates, [get(p["run"]) for p in probes], marker="o", color=color, label=label)
+            values = [get(p["run"]) for p in probes]
+            ax.plot(rates, values, marker="o", color=color, label=label)
+            # An overloaded probe's figures describe the run's length, not the rate.
+            hit = [(r, v) for r, v, o in zip(rates, values, over) if o]
+            if hit:
+                ax.plot(*zip(*hit), linestyle="", marker="x", markersize=11, color="black")
             if it["capacity_rps"] > 0:
                 ax.axvline(it["capacity_rps"], color=color, linestyle=":", linewidth=0.8)
     for ax, (name, _get) in zip(panels, figures):
         ax.set_ylabel(name)
         ax.set_xscale("log")
+        plain_log_ticks(ax.xaxis)
         ax.grid(True, which="both", alpha=0.3)
-    panels[0].set_title(f"The best {min(top, len(items))} against the rate (dotted: capacity)")
-    panels[1].set_yscale("log")
-    panels[2].set_yscale("log")
+    panels[0].set_title(
+        f"The best {min(top, len(items))} against the rate (dotted: capacity; x: overloaded)"
+    )
+    for ax in panels[1:]:
+        ax.set_yscale("log")
+        plain_log_ticks(ax.yaxis)
     panels[2].set_xlabel("arrival rate, requests/s (log scale)")
     panels[0].legend(fontsize="small", loc="lower left")
     if title:

@@ -184,4 +184,7 @@ def wilson_interval(met: int, total: int, z: float = 1.96) -> tuple[float, float
     denom = 1 + z * z / total
     centre = (p + z * z / (2 * total)) / denom
     half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    # At p = 0 or 1 an end is exactly 0 or 1; rounding would leave it just inside.
+    lo = 0.0 if met == 0 else max(0.0, centre - half)
+    hi = 1.0 if met == total else min(1.0, centre + half)
+    return (lo, hi)
