@@ -3,7 +3,7 @@
 ``python scripts/fleet_capacity.py [--requests N] [--replicas R] [--prefix-tokens P]
 [--prefix-groups G] [--token-budget B] [--routers LIST]`` prints, for one replica and then
 for the fleet behind each router, the capacity ``chunked-prefill search`` finds (the highest
-arrival rate at which 99 % of the steady part's requests meet TTFT 2 s and TBT 0.1 s and the
+arrival rate at which 99 % of the steady part's requests meet TTFT 2 s and TPOT 0.1 s and the
 engine keeps up; probes draw more requests until their run is steady), starting from
 1 req/s. Figures in ``docs/simulate.md``.
 """
@@ -27,7 +27,7 @@ def capacity(args: argparse.Namespace, replicas: int, router: str) -> dict[str, 
         replicas=[replicas],
         routers=[router],
         slo_ttft_s=2.0,
-        slo_tbt_s=0.1,
+        slo_tpot_s=0.1,
         start_rate=1.0,
         workers=1,
     )

@@ -168,6 +168,99 @@ def test_serving_run_is_silent_off_a_terminal() -> None:
     assert proc.stderr == ""
 
 
+# ------------------------------------------------------------ simulate's engine lists
+
+TP_ARGS = ["simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--requests", "50"]
+
+
+def test_simulate_runs_every_tp_of_a_list(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, *TP_ARGS, "--tp", "1,2", "--chunk-size", "512,2048", "--json")
+    assert code == 0
+    rows = json.loads(out)
+    assert [(r["engine"]["tp"], r["config"]["chunk_size"]) for r in rows] == [
+        (1, 512), (1, 2048), (2, 512), (2, 2048),
+    ]  # fmt: skip
+    assert {r["engine"]["gpu"] for r in rows} == {"h100-sxm"}
+    assert [r["engine"]["name"] for r in rows[::2]] == [
+        "llama-3.1-8b on h100-sxm",
+        "llama-3.1-8b on h100-sxm x TP 2",
+    ]
+    for tp, pair in ((1, rows[:2]), (2, rows[2:])):
+        code, out, _ = cli(capsys, *TP_ARGS, "--tp", str(tp), "--chunk-size", "512,2048", "--json")
+        assert code == 0 and json.loads(out) == pair  # each row is its single-TP run
+    assert rows[0]["num_blocks"] == 28181 and rows[2]["num_blocks"] == 64021
+
+
+def test_simulate_table_names_the_tp_and_gpu_that_differ(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = cli(capsys, *TP_ARGS, "--tp", "1,2", "--chunk-size", "512")
+    assert code == 0
+    head = next(line for line in out.splitlines() if "chunk" in line and "p99" in line)
+    assert head.split()[:2] == ["TP", "chunk"]
+    assert "engine: llama-3.1-8b on h100-sxm (roofline; 28181 KV blocks" in out
+    assert "engine: llama-3.1-8b on h100-sxm x TP 2 (roofline; 64021 KV blocks" in out
+    assert "TP=2 chunk=512" in out  # the reading line's labels
+    argv = [*TP_ARGS[:4], "h100-sxm,a100", "--requests", "20", "--chunk-size", "512"]
+    code, out, _ = cli(capsys, *argv, "--scheduler", "planner")
+    assert code == 0
+    head = next(line for line in out.splitlines() if "chunk" in line and "p99" in line)
+    assert head.split()[:2] == ["GPU", "chunk"]
+    assert "a100-80gb" in out and "TP" not in head
+
+
+def test_simulate_leaves_out_a_tp_that_does_not_fit(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--model", "llama-3.1-70b", "--gpu", "a100-80gb", "--tp", "1,2"]
+    code, out, _ = cli(capsys, *argv, "--requests", "20", "--chunk-size", "512")
+    assert code == 0
+    assert "note: left out, does not fit: llama-3.1-70b does not fit a100-80gb at TP 1" in out
+    code, out, _ = cli(capsys, *argv, "--requests", "20", "--chunk-size", "512", "--json")
+    assert [r["engine"]["tp"] for r in json.loads(out)] == [2]
+
+
+def test_simulate_runs_every_engine_preset_of_a_list(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["simulate", "--engine", "llama2-7b-a100,llama2-7b-h100", "--requests", "20"]
+    code, out, _ = cli(capsys, *argv, "--chunk-size", "512", "--json")
+    assert code == 0
+    assert [r["engine"]["name"] for r in json.loads(out)] == ["llama2-7b-a100", "llama2-7b-h100"]
+    from chunked_prefill.sim.engine import ENGINE_PRESETS
+    from chunked_prefill.sim.report import short_labels
+
+    results = [
+        simulate_serving(WL, ServingSimConfig(chunk_size=512), engine=ENGINE_PRESETS[name])[0]
+        for name in ("llama2-7b-a100", "llama2-7b-h100")
+    ]
+    assert short_labels(results) == [
+        "engine=llama2-7b-a100 chunk=512",
+        "engine=llama2-7b-h100 chunk=512",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--model", "llama-3.1-70b", "--gpu", "a100-80gb,l40s", "--tp", "1"],
+            "arguments --model/--gpu/--tp: no combination fits (llama-3.1-70b does not fit"
+            " a100-80gb at TP 1",
+        ),
+        ([*TP_ARGS[1:4], "h100-sxm,b300"], "argument --gpu: unknown GPU 'b300'"),
+        ([*TP_ARGS[1:5], "--tp", "1,0"], "argument --tp: in the list"),
+        (["--tp", "1,2"], "argument --tp: needs --model"),
+        (["--engine", "llama2-7b-a100,gpt"], "argument --engine: in the list"),
+        (
+            ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1,2", "--scheduler",
+             "planner", "--chunk-size", "512", "--steps-csv", "steps.csv"],
+            "argument --steps-csv: records one engine, got 2",
+        ),
+    ],
+)  # fmt: skip
+def test_simulate_engine_list_errors(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert one_error(capsys, ["simulate", *argv]).startswith(message)
+
+
 # ------------------------------------------------------------ synthetic lengths
 
 

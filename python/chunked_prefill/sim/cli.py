@@ -35,22 +35,20 @@ from .engine import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
     ENGINE_PRESETS,
     MAX_COEFFICIENT_S,
-    MEMORY_PRESETS,
-    EngineModel,
     KVMemory,
     ProfileError,
-    load_profile,
 )
-from .engines_cli import add_roofline_flags, roofline_from_args, roofline_profile_from_args
+from .engines_cli import add_roofline_flags
 from .fleet_cli import add_fleet_arguments, fleet_of
 from .reading import overload_lines, reading_line
 from .report import PLOT_HINT, PlotUnavailable, print_table, results_to_json
 from .roofline import RooflineModel, StepTimeModel, roofline_line
+from .search_engines import engine_specs, utilization
+from .search_space import EngineSpec
 from .serving import (
     ServingSimConfig,
     check_fits,
     expand_serving_configs,
-    memory_of,
     min_serving_steps,
     resolve_configs,
     simulate_serving,
@@ -399,30 +397,23 @@ def _preset(text: str) -> str:
 _preset.__name__ = "an engine preset"
 
 
-def add_engine_flags(p: argparse.ArgumentParser, *, engine_list: bool = False) -> None:
-    """The engine model flags (``--engine``, ``--profile``, coefficient overrides,
-    ``--gpu-memory-utilization``); ``engine_list=True`` makes ``--engine`` a comma list
-    of presets (``chunked-prefill search``)."""
+def add_engine_flags(p: argparse.ArgumentParser, *, overrides: bool = True) -> None:
+    """The engine model flags: ``--engine`` (a comma list of presets), ``--profile``,
+    coefficient overrides, ``--gpu-memory-utilization`` and the roofline flags
+    (:func:`~.engines_cli.add_roofline_flags`; ``overrides=False`` leaves out its GPU
+    datasheet overrides, for ``chunked-prefill search``)."""
     e = p.add_argument_group(
         f"engine model (coefficients in seconds, 0 to {MAX_COEFFICIENT_S:g}; each overrides"
         " the preset and --profile)"
     )
-    if engine_list:
-        e.add_argument(
-            "--engine",
-            type=list_of(_preset),
-            default=None,
-            metavar="LIST",
-            help="coefficient and memory presets, a comma list of"
-            f" {', '.join(sorted(ENGINE_PRESETS))} (default: llama2-7b-a100)",
-        )
-    else:
-        e.add_argument(
-            "--engine",
-            choices=sorted(ENGINE_PRESETS),
-            default=None,
-            help="coefficient preset (default: llama2-7b-a100)",
-        )
+    e.add_argument(
+        "--engine",
+        type=list_of(_preset),
+        default=None,
+        metavar="LIST",
+        help="coefficient and memory presets, a comma list of"
+        f" {', '.join(sorted(ENGINE_PRESETS))} (default: llama2-7b-a100)",
+    )
     e.add_argument(
         "--profile",
         metavar="FILE",
@@ -483,8 +474,7 @@ def add_engine_flags(p: argparse.ArgumentParser, *, engine_list: bool = False) -
         f" {DEFAULT_GPU_MEMORY_UTILIZATION:g})",
     )
 
-    if not engine_list:
-        add_roofline_flags(p)
+    add_roofline_flags(p, overrides=overrides)
 
 
 def add_slo_flags(p: argparse.ArgumentParser) -> None:
@@ -689,48 +679,11 @@ def synthetic_error(args: argparse.Namespace, err: ValueError) -> UsageError:
     )
 
 
-def _utilization(args: argparse.Namespace) -> float:
-    util = args.gpu_memory_utilization
-    return util if util is not None else DEFAULT_GPU_MEMORY_UTILIZATION
-
-
-def _engine_and_memory(args: argparse.Namespace) -> tuple[StepTimeModel, KVMemory]:
-    """The step-time model and KV memory the flags ask for: a roofline ``--profile``'s, the
-    roofline of ``--model`` on ``--gpu``, else the linear ``--engine`` preset (with
-    ``--profile`` and overrides)."""
-    profile = roofline_profile_from_args(args, _utilization(args))
-    if profile is not None:
-        return profile[0], profile[1]
-    roofline = roofline_from_args(args, _utilization(args))
-    if roofline is not None:
-        return roofline
-    engine = engine_from_args(args)
-    return engine, MEMORY_PRESETS.get(args.engine or DEFAULT_ENGINE.name) or memory_of(engine)
-
-
-def engine_from_args(args: argparse.Namespace, preset: str | None = None) -> EngineModel:
-    """The engine model of ``preset`` (default: ``--engine``) with ``--profile`` and the
-    coefficient overrides applied."""
-    model = ENGINE_PRESETS[preset or args.engine or DEFAULT_ENGINE.name]
-    if args.profile is not None:
-        try:
-            model = load_profile(args.profile, base=model)
-        except ProfileError as err:
-            raise UsageError(f"argument --profile: {err}") from None
-    overrides = {
-        "t_min_s": args.t_min,
-        "c0_s": args.c0,
-        "c_tok_s": args.c_tok,
-        "c_attn_s": args.c_attn,
-        "c_kv_s": args.c_kv,
-        "c_chunk_sq_s": args.c_chunk_sq,
-    }
-    if any(v is not None for v in overrides.values()):
-        try:
-            model = model.with_overrides(name=f"{model.name} (overridden)", **overrides)
-        except ValueError as err:
-            raise UsageError(f"arguments --t-min, --c0, --c-tok: {err}") from None
-    return model
+def _engine_specs(args: argparse.Namespace, unfit: list[str]) -> list[EngineSpec]:
+    """The engines the flags ask for: a roofline ``--profile``'s, the roofline of
+    ``--model`` on each ``--gpu`` at each ``--tp`` that fits (the others appended to
+    ``unfit``), else each linear ``--engine`` preset (with ``--profile`` and overrides)."""
+    return engine_specs(args, model_flag="--model", unfit=unfit)
 
 
 def check_plot_path(path: str) -> None:
@@ -924,7 +877,13 @@ def _run(args: argparse.Namespace) -> int:
             " value to each of --chunk-size, --token-budget and --max-prefills-per-step"
         )
     workload = workload_from_args(args)
-    engine, _ = _engine_and_memory(args)
+    unfit: list[str] = []
+    specs = _engine_specs(args, unfit)
+    if args.steps_csv is not None and len(specs) != 1:
+        raise UsageError(
+            f"argument --steps-csv: records one engine, got {len(specs)}; give one --engine,"
+            " or one --gpu and one --tp"
+        )
     try:
         check_configs(workload, configs, backend=module, max_steps=args.max_steps)
     except ConfigError as err:
@@ -933,22 +892,30 @@ def _run(args: argparse.Namespace) -> int:
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(width=160)
     if not args.quiet and not args.json:
-        _print_setup(console, workload, engine)
+        _print_workload(console, workload)
+        for spec in specs:
+            _print_engine(console, spec.model)
+        _print_unfit(console, unfit)
     err_console = Console(stderr=True)
     show_progress = not args.quiet and err_console.is_terminal
     started = time.perf_counter()
-    if show_progress:
-        results = _simulate_with_progress(workload, configs, engine, module, args, err_console)
-    else:
-        results = simulate(
-            workload,
-            configs,
-            engine=engine,
-            backend=module,
-            stall_threshold_s=args.stall_threshold,
-            max_steps=args.max_steps,
-            record_steps=args.steps_csv is not None,
-        )
+    results: list[SimResult] = []
+    for spec in specs:
+        if show_progress:
+            name = f"{spec.name}: " if len(specs) > 1 else ""
+            results += _simulate_with_progress(
+                workload, configs, spec.model, module, args, err_console, name
+            )
+        else:
+            results += simulate(
+                workload,
+                configs,
+                engine=spec.model,
+                backend=module,
+                stall_threshold_s=args.stall_threshold,
+                max_steps=args.max_steps,
+                record_steps=args.steps_csv is not None,
+            )
     if args.steps_csv is not None:
         _write_steps(args.steps_csv, results[0].step_log)
     wall = time.perf_counter() - started
@@ -1019,26 +986,20 @@ def _run_serving(args: argparse.Namespace) -> int:
 
     backend = _serving_backend(args.backend)
     workload = workload_from_args(args)
-    engine, memory = _engine_and_memory(args)
+    unfit: list[str] = []
+    specs = _engine_specs(args, unfit)
     configs = serving_configs_from_args(args)
-    util = _utilization(args)
-    check_serving_configs(args, workload, configs, engine, memory, util)
+    util = utilization(args)
+    for spec in specs:
+        check_serving_configs(args, workload, configs, spec.model, spec.memory, util)
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(width=160)
     if not args.quiet and not args.json:
-        first = configs[0]
-        pool = first.num_blocks or memory.num_blocks(first.block_size, util)
-        _print_setup(console, workload, engine, f"{pool} KV blocks of {first.block_size} tokens")
-        lines: list[str] = []
-        for cfg in configs:
-            if cfg.num_blocks is None:
-                line = memory.describe(cfg.block_size, util)
-            else:
-                line = f"{cfg.num_blocks} blocks of {cfg.block_size} tokens (--num-blocks)"
-            if line not in lines:
-                lines.append(line)
-                console.print(f"[bold]KV cache[/]: {line}", highlight=False, soft_wrap=True)
+        _print_workload(console, workload)
+        for spec in specs:
+            _print_pool(console, spec, configs, util)
+        _print_unfit(console, unfit)
         if any(workload.cached_tokens) and not workload.shares_tokens:
             console.print(
                 "[dim]note: the serving scheduler finds prefix-cache hits itself and ignores"
@@ -1055,27 +1016,57 @@ def _run_serving(args: argparse.Namespace) -> int:
         )
     started = time.perf_counter()
     err_console = Console(stderr=True)
-    with _serving_progress(configs, not args.quiet and err_console.is_terminal, err_console) as bar:
-        results = simulate_serving(
-            workload,
-            configs,
-            engine=engine,
-            memory=memory,
-            gpu_memory_utilization=util,
-            backend=backend,
-            stall_threshold_s=args.stall_threshold,
-            slo_ttft_s=args.slo_ttft,
-            slo_tpot_s=args.slo_tpot,
-            slo_tbt_s=args.slo_tbt,
-            max_steps=args.max_steps,
-            replicas=replicas,
-            router=router,
-            warmup=args.warmup,
-            drain=args.drain,
-            on_progress=bar,
-        )
+    show_progress = not args.quiet and err_console.is_terminal
+    results: list[SimResult] = []
+    for spec in specs:
+        name = f"{spec.name}: " if len(specs) > 1 else ""
+        with _serving_progress(configs, show_progress, err_console, name) as bar:
+            results += simulate_serving(
+                workload,
+                configs,
+                engine=spec.model,
+                memory=spec.memory,
+                gpu_memory_utilization=util,
+                backend=backend,
+                stall_threshold_s=args.stall_threshold,
+                slo_ttft_s=args.slo_ttft,
+                slo_tpot_s=args.slo_tpot,
+                slo_tbt_s=args.slo_tbt,
+                max_steps=args.max_steps,
+                replicas=replicas,
+                router=router,
+                warmup=args.warmup,
+                drain=args.drain,
+                on_progress=bar,
+            )
     wall = time.perf_counter() - started
     return _report(args, console, results, workload, wall, f"serving scheduler, {backend} loop")
+
+
+def _print_pool(
+    console: Any, spec: EngineSpec, configs: Sequence[ServingSimConfig], util: float
+) -> None:
+    """The engine line of ``spec`` (with the first configuration's KV pool) and a line
+    for each distinct KV pool of ``configs``."""
+    first = configs[0]
+    pool = first.num_blocks or spec.memory.num_blocks(first.block_size, util)
+    _print_engine(console, spec.model, f"{pool} KV blocks of {first.block_size} tokens")
+    lines: list[str] = []
+    for cfg in configs:
+        if cfg.num_blocks is None:
+            line = spec.memory.describe(cfg.block_size, util)
+        else:
+            line = f"{cfg.num_blocks} blocks of {cfg.block_size} tokens (--num-blocks)"
+        if line not in lines:
+            lines.append(line)
+            console.print(f"[bold]KV cache[/]: {line}", highlight=False, soft_wrap=True)
+
+
+def _print_unfit(console: Any, unfit: Sequence[str]) -> None:
+    for line in unfit:
+        console.print(
+            f"[dim]note: left out, does not fit: {line}[/]", highlight=False, soft_wrap=True
+        )
 
 
 def _report(
@@ -1110,14 +1101,11 @@ def _report(
             + (f"; plot written to {args.plot}" if args.plot else "")
             + "[/]",
             highlight=False,
-            soft_wrap=True,
         )
     return 0
 
 
-def _print_setup(
-    console: Any, workload: Workload, engine: StepTimeModel, blocks: str | None = None
-) -> None:
+def _print_workload(console: Any, workload: Workload) -> None:
     summary = workload.summary()
     console.print(
         f"[bold]workload[/]: {summary['source']}; mean prompt"
@@ -1127,6 +1115,9 @@ def _print_setup(
         highlight=False,
         soft_wrap=True,
     )
+
+
+def _print_engine(console: Any, engine: StepTimeModel, blocks: str | None = None) -> None:
     if isinstance(engine, RooflineModel):
         console.print(
             f"[bold]engine[/]: {roofline_line(engine, blocks)}", highlight=False, soft_wrap=True
@@ -1149,6 +1140,7 @@ def _simulate_with_progress(
     module: Any,
     args: argparse.Namespace,
     console: Any,
+    prefix: str = "",
 ) -> list[SimResult]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -1161,7 +1153,8 @@ def _simulate_with_progress(
         transient=True,
     ) as progress:
         tasks = [
-            progress.add_task(cfg.label(), total=len(workload), start=False) for cfg in configs
+            progress.add_task(prefix + cfg.label(), total=len(workload), start=False)
+            for cfg in configs
         ]
 
         def on_progress(index: int, done: int, total: int) -> None:
@@ -1182,7 +1175,7 @@ def _simulate_with_progress(
 
 @contextlib.contextmanager
 def _serving_progress(
-    configs: Sequence[ServingSimConfig], show: bool, console: Any
+    configs: Sequence[ServingSimConfig], show: bool, console: Any, prefix: str = ""
 ) -> Iterator[Callable[[int, int, int], None] | None]:
     """A progress bar on ``console`` (when ``show``), one line per configuration, and the
     ``on_progress`` callback that drives it. The serving loop runs in the core and reports
@@ -1209,7 +1202,7 @@ def _serving_progress(
         transient=True,
     ) as progress:
         tasks = [
-            progress.add_task(cfg.label(), total=None, start=False, status="waiting")
+            progress.add_task(prefix + cfg.label(), total=None, start=False, status="waiting")
             for cfg in configs
         ]
 

@@ -1,8 +1,9 @@
 """``chunked-prefill engines``: the catalog's models and GPUs and which fit together; and
-the ``--model``/``--gpu``/``--tp`` flags ``simulate`` uses to run a roofline engine.
+the ``--model``/``--gpu``/``--tp`` flags ``simulate`` and ``search`` use to run roofline
+engines.
 
-``add_parser(subparsers)`` adds the command; :func:`add_roofline_flags` and
-:func:`roofline_from_args` are what ``simulate`` calls.
+``add_parser(subparsers)`` adds the command; :func:`add_roofline_flags` is what
+``simulate`` and ``search`` call (:mod:`.search_engines` reads the flags).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import replace
 from typing import Any
 
 from .._args import UsageError, float_flag, int_flag, list_of, one_line
@@ -23,8 +23,6 @@ from .catalog import (
     MODELS,
     QUANTIZATIONS,
     TP_DEGREES,
-    EngineFitError,
-    EngineRangeError,
     GpuSpec,
     ModelConfigError,
     ModelSpec,
@@ -51,6 +49,7 @@ __all__ = [
     "add_roofline_flags",
     "add_software_flags",
     "engine_rows",
+    "gpu_overrides",
     "run",
 ]
 
@@ -103,11 +102,12 @@ def add_dtype_flags(g: Any) -> None:
     )
 
 
-def add_roofline_flags(p: argparse.ArgumentParser) -> None:
-    """``simulate``'s roofline flags: ``--model``, ``--gpu``, ``--tp``, the dtypes and the
-    GPU overrides."""
+def add_roofline_flags(p: argparse.ArgumentParser, *, overrides: bool = True) -> None:
+    """The roofline flags of ``simulate`` and ``search``: ``--model``, the ``--gpu`` and
+    ``--tp`` comma lists, the dtypes, the software and (``overrides``, ``simulate`` only)
+    the GPU datasheet overrides."""
     g = p.add_argument_group(
-        "roofline engine (docs/engines.md; instead of --engine/--profile/coefficients)"
+        "roofline engines (docs/engines.md; instead of --engine/--profile/coefficients)"
     )
     g.add_argument(
         "--model",
@@ -117,17 +117,26 @@ def add_roofline_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--gpu",
-        metavar="NAME|FILE",
-        help=f"the GPU: a profile (.toml/.json) or one of {', '.join(GPUS)}, or an alias"
-        f" ({', '.join(GPU_ALIASES)}) (needs --model)",
+        type=list_of(str),
+        metavar="LIST",
+        help=f"GPUs, a comma list of profiles (.toml/.json) or of {', '.join(GPUS)}, or"
+        f" aliases ({', '.join(GPU_ALIASES)}) (needs --model)",
     )
     g.add_argument(
         "--tp",
-        type=int_flag(1, 1024),
-        metavar="N",
-        help="tensor-parallel degree: GPUs per replica (default: 1; needs --model)",
+        type=list_of(int_flag(1, 1024)),
+        metavar="LIST",
+        help="tensor-parallel degrees (GPUs per replica), a comma list; each (GPU, TP)"
+        " combination that fits the model is an engine, the others are left out (default:"
+        " 1; needs --model)",
     )
     add_dtype_flags(g)
+    if overrides:
+        _add_override_flags(g)
+    add_software_flags(g)
+
+
+def _add_override_flags(g: Any) -> None:
     positive = float_flag(0.0, 1e30, low_open=True, what="a number")
     for flag, unit in (
         ("--gpu-tflops", "dense bf16/fp16 TFLOP/s"),
@@ -136,7 +145,6 @@ def add_roofline_flags(p: argparse.ArgumentParser) -> None:
         ("--gpu-link-gbs", "TP link bandwidth per direction, GB/s"),
     ):
         g.add_argument(flag, type=positive, metavar="X", help=f"override the GPU's {unit}")
-    add_software_flags(g)
 
 
 def add_software_flags(g: Any) -> None:
@@ -203,48 +211,20 @@ _OVERRIDES = (
     ("gpu_link_gbs", "link_bandwidth", 1e9),
 )
 
+GPU_OVERRIDE_FLAGS = tuple((f"--{a.replace('_', '-')}", a) for a, _, _ in _OVERRIDES)
+"""The GPU datasheet override flags and their ``argparse`` names: they go with ``--model``."""
 
-def roofline_from_args(
-    args: argparse.Namespace, utilization: float
-) -> tuple[RooflineModel, KVMemory] | None:
-    """The roofline engine and KV memory ``--model``/``--gpu``/``--tp`` ask for (``None``
-    without ``--model``). Raises :class:`UsageError` naming the flag."""
-    needs_model = (("--gpu", "gpu"), ("--tp", "tp"), *SOFTWARE_FLAGS, *DTYPE_FLAGS)
-    given = [flag for flag, name in needs_model if getattr(args, name, None) is not None]
-    given += [f"--{a.replace('_', '-')}" for a, _, _ in _OVERRIDES if getattr(args, a) is not None]
-    if args.model is None:
-        if given:
-            raise UsageError(f"argument {given[0]}: needs --model")
-        return None
-    linear = [flag for flag, name in LINEAR_FLAGS if getattr(args, name, None) is not None]
-    if linear:
-        raise UsageError(f"argument {linear[0]}: not with --model (the roofline engine)")
-    if args.gpu is None:
-        raise UsageError(f"argument --model: needs --gpu (one of {', '.join(GPUS)}, or a file)")
-    try:
-        gpu = resolve_gpu(args.gpu)
-    except ModelConfigError as err:
-        raise UsageError(f"argument --gpu: {err}") from None
-    overrides: dict[str, Any] = {}
+
+def gpu_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`~.catalog.GpuSpec` fields that ``--gpu-tflops``, ``--gpu-hbm-tbs``,
+    ``--gpu-memory-gib`` and ``--gpu-link-gbs`` replace (none when the command has no such
+    flags)."""
+    out: dict[str, Any] = {}
     for attr, field, unit in _OVERRIDES:
-        value = getattr(args, attr)
+        value = getattr(args, attr, None)
         if value is not None:
-            overrides[field] = round(value * unit) if field == "memory_bytes" else value * unit
-    if overrides:
-        gpu = replace(gpu, name=f"{gpu.name} (overridden)", **overrides)
-    try:
-        return engine_for(
-            args.model,
-            gpu,
-            args.tp or 1,
-            gpu_memory_utilization=utilization,
-            **dtype_args(args),
-            **software_options(args),
-        )
-    except ModelConfigError as err:
-        raise UsageError(f"argument --model: {err}") from None
-    except (EngineFitError, EngineRangeError) as err:
-        raise UsageError(f"arguments --model/--gpu/--tp: {err}") from None
+            out[field] = round(value * unit) if field == "memory_bytes" else value * unit
+    return out
 
 
 _PROFILE_CONFLICTS = (
@@ -253,7 +233,7 @@ _PROFILE_CONFLICTS = (
     ("--tp", "tp"),
     *SOFTWARE_FLAGS,
     *DTYPE_FLAGS,
-    *((f"--{a.replace('_', '-')}", a) for a, _, _ in _OVERRIDES),
+    *GPU_OVERRIDE_FLAGS,
     *(pair for pair in LINEAR_FLAGS if pair[0] != "--profile"),
 )
 """The flags a roofline profile replaces (it names the model, GPU, TP and software) or

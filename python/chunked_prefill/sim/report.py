@@ -87,7 +87,30 @@ def _option(value: Any) -> str:
     return "none" if value is None else str(value)
 
 
+def _row_options(results: Sequence[SimResult]) -> list[dict[str, Any]]:
+    """Each result's configuration as plain data, with its engine's options in front: a
+    roofline's ``gpu`` and ``tp``, else the engine's name (``engine``), so that rows of
+    several engines (``simulate --gpu A,B --tp 1,2``) can say which is which."""
+    from .roofline import RooflineModel
+
+    out = []
+    for r in results:
+        e = r.engine
+        if isinstance(e, RooflineModel):
+            engine: dict[str, Any] = {"engine": e.model, "gpu": e.gpu, "tp": e.tp}
+        else:
+            engine = {"engine": e.name, "gpu": None, "tp": None}
+        out.append({**engine, **r.config.to_dict()})
+    return out
+
+
+_ENGINE_COLUMNS = (("engine", "engine"), ("gpu", "GPU"), ("tp", "TP"))
+"""The engine options a table shows when they differ between its rows."""
+
 _LABELS = {
+    "engine": "engine",
+    "gpu": "gpu",
+    "tp": "TP",
     "chunk_size": "chunk",
     "token_budget": "budget",
     "max_prefills_per_step": "prefills",
@@ -110,8 +133,8 @@ def chunk_is_budget(dicts: Sequence[dict[str, Any]]) -> bool:
 
 def short_labels(results: Sequence[SimResult]) -> list[str]:
     """One label per result naming only the options that differ (the chunk size always,
-    unless it is every row's token budget)."""
-    dicts = [r.config.to_dict() for r in results]
+    unless it is every row's token budget), the engine's GPU and TP among them."""
+    dicts = _row_options(results)
     same = chunk_is_budget(dicts)
     keys = [
         k
@@ -206,7 +229,7 @@ def serving_table(
         else (f"stalls\n>{threshold_ms:g}ms", "red", _stalls)
     )
     figures = [f for f in (*_SERVING_FIGURES, last) if f[0] not in hidden]
-    dicts = [r.config.to_dict() for r in results]
+    dicts = _row_options(results)
     same = chunk_is_budget(dicts)
     table = Table(
         title=title,
@@ -218,7 +241,7 @@ def serving_table(
     )
     shown = [
         (key, head)
-        for key, head in _SERVING_COLUMNS
+        for key, head in (*_ENGINE_COLUMNS, *_SERVING_COLUMNS)
         # A budget of None only follows from chunk none (stretched): not a difference.
         if (key == "chunk_size" and not same)
         or (key == "token_budget" and same)
@@ -272,10 +295,10 @@ def results_table(results: Sequence[SimResult], *, title: str | None = None) -> 
         pad_edge=False,
         collapse_padding=True,
     )
-    dicts = [r.config.to_dict() for r in results]
+    dicts = _row_options(results)
     shown = [
         (key, head)
-        for key, head in _CONFIG_COLUMNS
+        for key, head in (*_ENGINE_COLUMNS, *_CONFIG_COLUMNS)
         if key == "chunk_size" or len({d[key] for d in dicts}) > 1
     ]
     for _key, head in shown:

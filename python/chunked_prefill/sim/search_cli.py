@@ -45,7 +45,7 @@ from .engine import ProfileError
 from .report import PLOT_HINT, PlotUnavailable, print_whole
 from .router import MAX_REPLICAS, ROUTERS
 from .search import DEFAULT_ATTAINMENT, DEFAULT_PRECISION, RANK_BY, search
-from .search_engines import add_roofline_lists, engine_specs, utilization
+from .search_engines import engine_specs, utilization
 from .search_space import EngineSpec, RateWorkload, SyntheticWorkload
 from .serving import ServingSimConfig
 from .simulator import DEFAULT_STALL_THRESHOLD_S, StepLimitError, backend_name, resolve_backend
@@ -91,8 +91,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
         f" (default: {DEFAULT_RATE:g} for the synthetic workload, a trace's own mean rate)",
     )
     add_scheduler_flags(p, planner=False)
-    add_engine_flags(p, engine_list=True)
-    add_roofline_lists(p)
+    add_engine_flags(p, overrides=False)
     f = p.add_argument_group("fleet (comma lists; latency, throughput and goodput are the fleet's)")
     f.add_argument(
         "--replicas",

@@ -1,58 +1,47 @@
-"""The engine axis of ``chunked-prefill search``: linear presets (``--engine`` list, with
-``--profile`` and the coefficient flags) or rooflines (``--model`` on each of the ``--gpu``
-list at each degree of the ``--tp`` list), each an :class:`~.search_space.EngineSpec` that
-remembers the ``simulate`` flags selecting it."""
+"""The engine axis of ``chunked-prefill simulate`` and ``search``: linear presets
+(``--engine`` list, with ``--profile`` and the coefficient flags), a roofline profile, or
+rooflines (``--model`` on each of the ``--gpu`` list at each degree of the ``--tp`` list),
+each an :class:`~.search_space.EngineSpec` that remembers the ``simulate`` flags selecting
+it."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
-from .._args import UsageError, int_flag, list_of
-from .catalog import GPUS, MODELS, EngineFitError, EngineRangeError, ModelConfigError, engine_for
-from .cli import engine_from_args
-from .engine import DEFAULT_ENGINE, DEFAULT_GPU_MEMORY_UTILIZATION, MEMORY_PRESETS
+from .._args import UsageError
+from .catalog import (
+    GPUS,
+    EngineFitError,
+    EngineRangeError,
+    GpuSpec,
+    ModelConfigError,
+    engine_for,
+    resolve_gpu,
+)
+from .engine import (
+    DEFAULT_ENGINE,
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    ENGINE_PRESETS,
+    MEMORY_PRESETS,
+    EngineModel,
+    ProfileError,
+    load_profile,
+)
 from .engines_cli import (
     DTYPE_FLAGS,
+    GPU_OVERRIDE_FLAGS,
     LINEAR_FLAGS,
     SOFTWARE_FLAGS,
-    add_dtype_flags,
-    add_software_flags,
     dtype_args,
     given_flags,
+    gpu_overrides,
     roofline_profile_from_args,
     software_options,
 )
 from .search_space import EngineSpec
 
-__all__ = ["add_roofline_lists", "engine_specs", "utilization"]
-
-
-def add_roofline_lists(p: argparse.ArgumentParser) -> None:
-    """``--model`` and the ``--gpu`` and ``--tp`` comma lists."""
-    g = p.add_argument_group(
-        "roofline engines (docs/engines.md; instead of --engine, --profile and coefficients)"
-    )
-    g.add_argument(
-        "--model",
-        metavar="NAME|config.json",
-        help=f"the model: a Hugging Face config.json or one of {', '.join(MODELS)}",
-    )
-    g.add_argument(
-        "--gpu",
-        type=list_of(str),
-        metavar="LIST",
-        help=f"GPUs, a comma list of profiles (.toml/.json) or of {', '.join(GPUS)}"
-        " (needs --model)",
-    )
-    g.add_argument(
-        "--tp",
-        type=list_of(int_flag(1, 1024)),
-        metavar="LIST",
-        help="tensor-parallel degrees (GPUs per replica), a comma list; combinations that do"
-        " not fit are left out (default: 1; needs --model)",
-    )
-    add_dtype_flags(g)
-    add_software_flags(g)
+__all__ = ["engine_from_args", "engine_specs", "utilization"]
 
 
 def utilization(args: argparse.Namespace) -> float:
@@ -62,24 +51,36 @@ def utilization(args: argparse.Namespace) -> float:
     return float(args.gpu_memory_utilization)
 
 
-def engine_specs(args: argparse.Namespace) -> list[EngineSpec]:
+def engine_specs(
+    args: argparse.Namespace,
+    *,
+    model_flag: str = "--model/--gpu",
+    unfit: list[str] | None = None,
+) -> list[EngineSpec]:
     """The engines the flags ask for, in flag order (GPUs slowest, then TP degrees); a
-    roofline ``--profile`` is the one engine."""
+    roofline ``--profile`` is the one engine. A (GPU, TP) combination the model does not
+    fit is left out, a line saying why appended to ``unfit``; it is an error when it is the
+    only combination asked for, or when none fits. ``model_flag`` names the flag of a bad
+    model in the error (``simulate``: ``--model``)."""
     profile = roofline_profile_from_args(args, utilization(args))
     if profile is not None:
         engine, memory, tp = profile
         return [EngineSpec(engine, memory, tp, ())]  # the command line repeats --profile
     if args.model is None:
-        for flag, name in (("--gpu", "gpu"), ("--tp", "tp"), *SOFTWARE_FLAGS, *DTYPE_FLAGS):
+        needs_model = (("--gpu", "gpu"), ("--tp", "tp"), *SOFTWARE_FLAGS, *DTYPE_FLAGS)
+        for flag, name in (*needs_model, *GPU_OVERRIDE_FLAGS):
             if getattr(args, name, None) is not None:
                 raise UsageError(f"argument {flag}: needs --model")
         return _linear_specs(args)
     linear = [flag for flag, name in LINEAR_FLAGS if getattr(args, name, None) is not None]
     if linear:
-        raise UsageError(f"argument {linear[0]}: not with --model (the roofline engines)")
+        raise UsageError(f"argument {linear[0]}: not with --model (the roofline engine)")
     if args.gpu is None:
         raise UsageError(f"argument --model: needs --gpu (a list of {', '.join(GPUS)}, or files)")
-    return _roofline_specs(args)
+    specs, left_out = _roofline_specs(args, model_flag)
+    if unfit is not None:
+        unfit += left_out
+    return specs
 
 
 def _linear_specs(args: argparse.Namespace) -> list[EngineSpec]:
@@ -90,30 +91,71 @@ def _linear_specs(args: argparse.Namespace) -> list[EngineSpec]:
     return specs
 
 
-def _roofline_specs(args: argparse.Namespace) -> list[EngineSpec]:
+def _roofline_specs(
+    args: argparse.Namespace, model_flag: str
+) -> tuple[list[EngineSpec], list[str]]:
+    gpus: dict[str, tuple[str, GpuSpec]] = {}
+    for text in args.gpu:
+        try:
+            gpu = resolve_gpu(text)
+        except ModelConfigError as err:
+            raise UsageError(f"argument --gpu: {err}") from None
+        gpus.setdefault(gpu.name, (text, gpu))
+    overrides = gpu_overrides(args)
     specs = []
     unfit = []
-    dtypes = dtype_args(args)
+    tps = list(dict.fromkeys(args.tp or [1]))
     # The dtype and software flags given, for the reproducing simulate command line.
     extra = given_flags(args, DTYPE_FLAGS + SOFTWARE_FLAGS)
-    for gpu in dict.fromkeys(args.gpu):
-        for tp in dict.fromkeys(args.tp or [1]):
+    for text, gpu in gpus.values():
+        if overrides:
+            gpu = replace(gpu, name=f"{gpu.name} (overridden)", **overrides)
+        for tp in tps:
             try:
                 model, memory = engine_for(
                     args.model,
                     gpu,
                     tp,
                     gpu_memory_utilization=utilization(args),
-                    **dtypes,
+                    **dtype_args(args),
                     **software_options(args),
                 )
-            except (ModelConfigError, EngineRangeError) as err:
-                raise UsageError(f"argument --model/--gpu: {err}") from None
+            except ModelConfigError as err:
+                raise UsageError(f"argument {model_flag}: {err}") from None
+            except EngineRangeError as err:
+                raise UsageError(f"arguments --model/--gpu/--tp: {err}") from None
             except EngineFitError as err:
-                unfit.append(f"{gpu} at TP {tp}: {err}")
+                if len(gpus) * len(tps) == 1:
+                    raise UsageError(f"arguments --model/--gpu/--tp: {err}") from None
+                unfit.append(str(err))
                 continue
-            flags = ("--model", args.model, "--gpu", gpu, "--tp", str(tp), *extra)
+            flags = ("--model", args.model, "--gpu", text, "--tp", str(tp), *extra)
             specs.append(EngineSpec(model, memory, tp, flags))
     if not specs:
         raise UsageError(f"arguments --model/--gpu/--tp: no combination fits ({unfit[0]})")
-    return specs
+    return specs, unfit
+
+
+def engine_from_args(args: argparse.Namespace, preset: str | None = None) -> EngineModel:
+    """The engine model of ``preset`` (default: ``--engine``'s first) with ``--profile``
+    and the coefficient overrides applied."""
+    model = ENGINE_PRESETS[preset or (args.engine or [DEFAULT_ENGINE.name])[0]]
+    if args.profile is not None:
+        try:
+            model = load_profile(args.profile, base=model)
+        except ProfileError as err:
+            raise UsageError(f"argument --profile: {err}") from None
+    overrides = {
+        "t_min_s": args.t_min,
+        "c0_s": args.c0,
+        "c_tok_s": args.c_tok,
+        "c_attn_s": args.c_attn,
+        "c_kv_s": args.c_kv,
+        "c_chunk_sq_s": args.c_chunk_sq,
+    }
+    if any(v is not None for v in overrides.values()):
+        try:
+            model = model.with_overrides(name=f"{model.name} (overridden)", **overrides)
+        except ValueError as err:
+            raise UsageError(f"arguments --t-min, --c0, --c-tok: {err}") from None
+    return model

@@ -152,10 +152,10 @@ def search_figure(items: Sequence[dict[str, Any]], *, top: int = 4, title: str =
         rates = [p["rate_rps"] for p in probes]
         over = [bool(p["run"].get("overloaded")) for p in probes]
         for ax, (_name, get) in zip(panels, figures):
-            values = [get(p["run"]) for p in probes]
-            ax.plot(rates, values, marker="o", color=color, label=label)
+            ys = [get(p["run"]) for p in probes]
+            ax.plot(rates, ys, marker="o", color=color, label=label)
             # An overloaded probe's figures describe the run's length, not the rate.
-            hit = [(r, v) for r, v, o in zip(rates, values, over) if o]
+            hit = [(r, y) for r, y, o in zip(rates, ys, over) if o]
             if hit:
                 ax.plot(*zip(*hit), linestyle="", marker="x", markersize=11, color="black")
             if it["capacity_rps"] > 0:
