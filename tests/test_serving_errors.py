@@ -90,6 +90,27 @@ def int_rows(
     return rows
 
 
+def not_id(name: str, value: Any) -> tuple[type[Exception], str]:
+    """A request id's type error: an id is an int or a str (a bool is neither)."""
+    if isinstance(value, bool):
+        return TypeError, message("bool_not_request_id", name=name, value=value)
+    return TypeError, message(
+        "not_request_id", name=name, type_name=type(value).__name__, value_repr=repr(value)
+    )
+
+
+def id_rows(
+    name: str, setup: Any, call: Callable[[Any, Any, Any, Any], Any], tag: str = ""
+) -> list[Row]:
+    """The ways a request id can be wrong: not an int or a str, or an int out of range (a
+    str such as ``"3"`` is an id of its own, distinct from ``3``)."""
+    rows: list[Row] = []
+    for value in (True, 2.0, b"3", None):
+        exc, text = not_id(name, value)
+        rows.append((f"{name}{tag}-{type(value).__name__}", setup, _bind(call, value), exc, text))
+    return rows + int_rows(name, setup, call, tag)[-2:]
+
+
 def _bind(call: Callable[[Any, Any, Any, Any], Any], value: Any) -> Call:
     return lambda b, s, x: call(b, s, x, value)
 
@@ -245,7 +266,7 @@ ROWS += [
         ),
     ),
 ]
-ROWS += int_rows("request_id", idle, lambda b, s, x, v: add(request_id=v)(b, s, x))
+ROWS += id_rows("request_id", idle, lambda b, s, x, v: add(request_id=v)(b, s, x))
 for _p in (True, "abc", b"\x01", bytearray(b"\x01"), 1.5, {1, 2}, None, {1: 2}):
     ROWS.append((f"prompt-{type(_p).__name__}", idle, add(prompt=_p), TypeError, prompt_type(_p)))
 ROWS += [
@@ -465,7 +486,14 @@ ROWS += [
         message("token_ids_not_sampled", request_id=3, step_index=1),
     ),
     ("token_ids-map-value", pending, upd(token_ids={2: -1}), *token_range("token_ids[2]", -1)),
-    ("token_ids-map-key", pending, upd(token_ids={"1": 5}), *not_int("token_ids key", "1")),
+    (
+        "token_ids-map-key-str",  # "1" is not 1, which sampled
+        pending,
+        upd(token_ids={"1": 5}),
+        ValueError,
+        message("token_ids_not_sampled", request_id="'1'", step_index=1),
+    ),
+    ("token_ids-map-key", pending, upd(token_ids={1.0: 5}), *not_id("token_ids key", 1.0)),
     (
         "token_ids-map-key-negative",
         pending,
@@ -473,7 +501,14 @@ ROWS += [
         ValueError,
         message("negative", name="token_ids key", value=-1),
     ),
-    ("finished-bool", pending, upd(finished=[True]), *not_int("finished[0]", True)),
+    ("finished-bool", pending, upd(finished=[True]), *not_id("finished[0]", True)),
+    (
+        "finished-str-unknown",  # "1" is not 1, which is tracked
+        pending,
+        upd(finished=[1, "1"]),
+        KeyError,
+        message("unknown_request", request_id="'1'"),
+    ),
     (
         "finished-negative",
         pending,
@@ -520,8 +555,17 @@ ROWS.append(
     )
 )
 for _method in ("abort", "request", "block_table"):
-    ROWS += int_rows(
+    ROWS += id_rows(
         "request_id", idle, lambda b, s, x, v, m=_method: getattr(s, m)(v), f"@{_method}"
+    )
+    ROWS.append(
+        (
+            f"{_method}-str-unknown",  # "3" is not 3, which is tracked
+            idle,
+            lambda b, s, x, m=_method: getattr(s, m)("3"),
+            KeyError,
+            message("unknown_request", request_id="'3'"),
+        )
     )
     ROWS.append(
         (

@@ -6,7 +6,10 @@ The pure-Python twin in ``chunked_prefill.pure`` has exactly this API.
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, final
 
-from typing_extensions import Self
+from typing_extensions import Self, TypeAlias
+
+# A serving request id: an int in 0..=2**64-1 or a str (1 and "1" are two requests).
+_RequestId: TypeAlias = int | str
 
 __all__ = [
     "I64_MAX",
@@ -225,7 +228,7 @@ class BatchItem:
     def __new__(
         cls,
         *,
-        request_id: int,
+        request_id: _RequestId,
         start: int,
         tokens: int,
         is_prefill: bool,
@@ -234,7 +237,7 @@ class BatchItem:
         cached_tokens: int,
     ) -> Self: ...
     @property
-    def request_id(self) -> int: ...
+    def request_id(self) -> _RequestId: ...
     @property
     def start(self) -> int: ...
     @property
@@ -261,7 +264,7 @@ class Batch:
         *,
         step_index: int,
         items: Iterable[BatchItem],
-        preempted: Iterable[int],
+        preempted: Iterable[_RequestId],
         num_free_blocks: int,
     ) -> Self: ...
     @property
@@ -269,9 +272,9 @@ class Batch:
     @property
     def items(self) -> tuple[BatchItem, ...]: ...
     @property
-    def preempted(self) -> tuple[int, ...]: ...
+    def preempted(self) -> tuple[_RequestId, ...]: ...
     @property
-    def sampling_ids(self) -> tuple[int, ...]: ...
+    def sampling_ids(self) -> tuple[_RequestId, ...]: ...
     @property
     def num_prefill_tokens(self) -> int: ...
     @property
@@ -279,7 +282,7 @@ class Batch:
     @property
     def num_free_blocks(self) -> int: ...
     @property
-    def request_ids(self) -> tuple[int, ...]: ...
+    def request_ids(self) -> tuple[_RequestId, ...]: ...
     @property
     def starts(self) -> tuple[int, ...]: ...
     @property
@@ -295,7 +298,7 @@ class RequestView:
     """A snapshot of one tracked request, from ``ServingScheduler.request``."""
 
     @property
-    def request_id(self) -> int: ...
+    def request_id(self) -> _RequestId: ...
     @property
     def state(self) -> Literal["waiting", "running"]: ...
     @property
@@ -325,7 +328,7 @@ class ServingScheduler:
     def config(self) -> ServingConfig: ...
     def add_request(
         self,
-        request_id: int,
+        request_id: _RequestId,
         prompt: Sequence[int] | Any,
         max_new_tokens: int,
         *,
@@ -338,12 +341,12 @@ class ServingScheduler:
         self,
         batch: Batch,
         *,
-        token_ids: Sequence[int] | Mapping[int, int] | Any | None = None,
-        finished: Iterable[int] = (),
-    ) -> list[int]: ...
-    def abort(self, request_id: int) -> None: ...
-    def request(self, request_id: int) -> RequestView: ...
-    def block_table(self, request_id: int) -> list[int]: ...
+        token_ids: Sequence[int] | Mapping[_RequestId, int] | Any | None = None,
+        finished: Iterable[_RequestId] = (),
+    ) -> list[_RequestId]: ...
+    def abort(self, request_id: _RequestId) -> None: ...
+    def request(self, request_id: _RequestId) -> RequestView: ...
+    def block_table(self, request_id: _RequestId) -> list[int]: ...
     @property
     def num_free_blocks(self) -> int: ...
     @property

@@ -15,7 +15,16 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
 
 from ._state import _dict
-from ._validate import as_bool, as_counter, as_i64, as_number, as_token, as_u64, message
+from ._validate import (
+    as_bool,
+    as_counter,
+    as_i64,
+    as_number,
+    as_request_id,
+    as_token,
+    as_u64,
+    message,
+)
 
 _TOP_KEYS = (
     "version",
@@ -70,7 +79,7 @@ def listed(path: str, length: int, build: Callable[[], list[_T]]) -> list[_T]:
 class ParsedRequest(NamedTuple):
     """One checked request of the state."""
 
-    request_id: int
+    request_id: int | str
     priority: int
     cache_salt: int
     max_new_tokens: int
@@ -112,7 +121,7 @@ def _rule(path: str, key: str, **fields: Any) -> ValueError:
 def _parse_request(p: str, value: object) -> tuple[dict[str, Any], list[int | None], list[int]]:
     req = _dict(p, value, _REQUEST_KEYS)
     fields = {
-        "request_id": as_u64(f"{p}['request_id']", req["request_id"]),
+        "request_id": as_request_id(f"{p}['request_id']", req["request_id"]),
         "priority": as_i64(f"{p}['priority']", req["priority"]),
         "cache_salt": as_u64(f"{p}['cache_salt']", req["cache_salt"]),
         "max_new_tokens": as_u64(f"{p}['max_new_tokens']", req["max_new_tokens"]),
@@ -202,7 +211,7 @@ def _check_requests(raw: list[Any], config: Any, ref: list[int]) -> list[ParsedR
         p = f"state['requests'][{i}]"
         rid = f["request_id"]
         if rid in seen:
-            raise _rule(f"{p}['request_id']", "serving_duplicate", request_id=rid)
+            raise _rule(f"{p}['request_id']", "serving_duplicate", request_id=repr(rid))
         seen.add(rid)
         requests.append(_check_request(p, f, tokens, table, config, ref))
     running = sum(1 for r in requests if r.running)
@@ -254,7 +263,7 @@ def _check_request(
         raise _rule(
             p,
             "request_never_fits",
-            request_id=f["request_id"],
+            request_id=repr(f["request_id"]),
             prompt_tokens=plen,
             max_new_tokens=max_new,
             needed=needed,

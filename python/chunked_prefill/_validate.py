@@ -12,7 +12,7 @@ import operator
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Union
 
 MESSAGES: dict[str, str] = json.loads(
     (Path(__file__).with_name("_messages.json")).read_text(encoding="utf-8")
@@ -71,6 +71,27 @@ def as_u64(name: str, value: object) -> int:
     if type(value) is int and 0 <= value <= U64_MAX:
         return value
     return _unsigned(name, value, U64_MAX, "above_u64")
+
+
+RequestId = Union[int, str]
+"""A serving request id as the caller gives it back: an int or a str."""
+
+
+def as_request_id(name: str, value: object) -> RequestId:
+    """A serving request id: an int in ``0..=2**64-1`` (``as_u64``'s rules) or a ``str``
+    (a subclass's value as a plain ``str``, so ids compare and hash as strings do)."""
+    if type(value) is str:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if _is_bool(value):
+        raise TypeError(message("bool_not_request_id", name=name, value=bool(value)))
+    if not hasattr(type(value), "__index__"):
+        kind = type(value).__name__
+        raise TypeError(
+            message("not_request_id", name=name, type_name=kind, value_repr=repr(value))
+        )
+    return as_u64(name, value)
 
 
 def as_u128(name: str, value: object) -> int:

@@ -35,8 +35,10 @@ from typing import Any
 
 from . import _serving_state
 from ._validate import (
+    RequestId,
     as_i64,
     as_prompt,
+    as_request_id,
     as_token,
     as_tokens,
     as_u64,
@@ -90,7 +92,7 @@ class _Req:
         "seq",
         "table",
     )
-    rid: int
+    rid: RequestId
     seq: int
     priority: int
     cache_salt: int
@@ -154,6 +156,10 @@ def _probe(blocks: int, what: str) -> None:
         raise MemoryError(message("out_of_memory", what=what.format(blocks))) from None
 
 
+# An item of a plan: (id, start, tokens, is_prefill, samples, new blocks, cached tokens).
+_Item = tuple[RequestId, int, int, bool, bool, tuple[int, ...], int]
+
+
 class _Plan:
     """The scratch of one ``schedule()``: items (``None`` once removed by a preemption),
     where each request's item is, the budget and prefill count left, preempted ids."""
@@ -161,13 +167,13 @@ class _Plan:
     __slots__ = ("budget", "items", "preempted", "prefills", "where")
 
     def __init__(self, budget: int) -> None:
-        self.items: list[tuple[int, int, int, bool, bool, tuple[int, ...], int] | None] = []
-        self.where: dict[int, int] = {}
+        self.items: list[_Item | None] = []
+        self.where: dict[RequestId, int] = {}
         self.budget = budget
         self.prefills = 0
-        self.preempted: list[int] = []
+        self.preempted: list[RequestId] = []
 
-    def add(self, item: tuple[int, int, int, bool, bool, tuple[int, ...], int]) -> None:
+    def add(self, item: _Item) -> None:
         self.where[item[0]] = len(self.items)
         self.items.append(item)
         self.budget -= item[2]
@@ -177,21 +183,23 @@ class _Plan:
 
 def _convert_token_ids(
     batch: Batch, token_ids: object
-) -> tuple[list[int] | None, dict[int, int] | None]:
+) -> tuple[list[int] | None, dict[RequestId, int] | None]:
     """``update``'s ``token_ids`` as a list aligned with ``sampling_ids`` or a dict."""
     if token_ids is None:
         return None, None
     sampled = batch._sampling_ids
     if hasattr(token_ids, "keys") and hasattr(token_ids, "items"):
         index = set(sampled)
-        by_id: dict[int, int] = {}
+        by_id: dict[RequestId, int] = {}
         for key, value in token_pairs(token_ids):
-            rid = as_u64("token_ids key", key)
+            rid = as_request_id("token_ids key", key)
             if rid not in index:
                 raise ValueError(
-                    message("token_ids_not_sampled", request_id=rid, step_index=batch._step_index)
+                    message(
+                        "token_ids_not_sampled", request_id=repr(rid), step_index=batch._step_index
+                    )
                 )
-            by_id[rid] = as_token(f"token_ids[{rid}]", value)
+            by_id[rid] = as_token(f"token_ids[{rid!r}]", value)
         return None, by_id
     if not is_sequence(token_ids):
         raise type_error("token_ids_type", "token_ids", token_ids)
@@ -201,15 +209,15 @@ def _convert_token_ids(
     return as_tokens("token_ids", token_ids), None
 
 
-def _convert_finished(finished: Iterable[object]) -> list[int]:
+def _convert_finished(finished: Iterable[object]) -> list[RequestId]:
     ids = [
-        as_u64(f"finished[{i}]", r)
+        as_request_id(f"finished[{i}]", r)
         for i, r in enumerate(iterate("finished", "request ids", finished))
     ]
-    seen: set[int] = set()
+    seen: set[RequestId] = set()
     for rid in ids:
         if rid in seen:
-            raise ValueError(message("finished_duplicate", request_id=rid))
+            raise ValueError(message("finished_duplicate", request_id=repr(rid)))
         seen.add(rid)
     return ids
 
@@ -245,12 +253,12 @@ class ServingScheduler:
     )
     _config: ServingConfig
     # Every tracked request by id, in add_request (seq) order.
-    _reqs: dict[int, _Req]
+    _reqs: dict[RequestId, _Req]
     # Running requests as (priority, seq, id), sorted: the last one is the worst-ranked.
-    _running: list[tuple[int, int, int]]
+    _running: list[tuple[int, int, RequestId]]
     # Waiting requests as (priority, seq, id); an entry is live when its id is tracked,
     # waiting and has that seq.
-    _heap: list[tuple[int, int, int]]
+    _heap: list[tuple[int, int, RequestId]]
     _num_waiting: int
     _pool: BlockPool
     # R: the blocks running requests still need to reach their num_tokens, kept up to date.
@@ -260,9 +268,9 @@ class ServingScheduler:
     _num_preemptions: int
     _num_cached: int
     _pending: Batch | None
-    _pending_ids: set[int]
+    _pending_ids: set[RequestId]
     # Requests aborted since the pending batch was planned (update skips their items).
-    _aborted: set[int]
+    _aborted: set[RequestId]
     _packer: struct.Struct
     # Held by every call that reads or changes several fields (see `_locked`).
     _lock: threading.RLock
@@ -371,7 +379,7 @@ class ServingScheduler:
 
     def add_request(
         self,
-        request_id: int,
+        request_id: RequestId,
         prompt: Any,
         max_new_tokens: int,
         *,
@@ -382,7 +390,7 @@ class ServingScheduler:
         array) or just its length (an int: no prefix caching for it). Lower ``priority``
         runs first, ties in the order of the calls; ``cache_salt`` separates prefix caches.
         """
-        rid = as_u64("request_id", request_id)
+        rid = as_request_id("request_id", request_id)
         tokens = as_prompt(prompt)
         max_new = as_u64("max_new_tokens", max_new_tokens)
         prio = as_i64("priority", priority)
@@ -396,17 +404,17 @@ class ServingScheduler:
         with self._locked():
             self._usable()
             if rid in self._reqs:
-                raise ValueError(message("serving_duplicate", request_id=rid))
+                raise ValueError(message("serving_duplicate", request_id=repr(rid)))
             if rid in self._pending_ids:
                 index = self._pending._step_index  # type: ignore[union-attr]
-                raise ValueError(message("request_pending", request_id=rid, step_index=index))
+                raise ValueError(message("request_pending", request_id=repr(rid), step_index=index))
             needed = _cdiv(plen + max_new - 1, cfg._block_size)
             usable = cfg._num_blocks - cfg._watermark_blocks
             if needed > usable:
                 raise ValueError(
                     message(
                         "request_never_fits",
-                        request_id=rid,
+                        request_id=repr(rid),
                         prompt_tokens=plen,
                         max_new_tokens=max_new,
                         needed=needed,
@@ -647,8 +655,8 @@ class ServingScheduler:
             )
 
     def update(
-        self, batch: Batch, *, token_ids: Any = None, finished: Iterable[int] = ()
-    ) -> list[int]:
+        self, batch: Batch, *, token_ids: Any = None, finished: Iterable[RequestId] = ()
+    ) -> list[RequestId]:
         """Report that ``batch`` ran: each item's request computed its tokens, and each
         sampling item got a token (``token_ids``: a sequence aligned with
         ``batch.sampling_ids`` or a mapping id -> token id; a token not given is unknown,
@@ -668,7 +676,7 @@ class ServingScheduler:
             reqs = self._reqs
             for rid in done:
                 if rid not in reqs:
-                    raise KeyError(message("unknown_request", request_id=rid))
+                    raise KeyError(message("unknown_request", request_id=repr(rid)))
             _probe(self._hash_blocks(batch), "update(): hashing {} KV blocks")
             self._mutating = "update"
             out = self._apply(batch, by_pos, by_id, done)
@@ -696,9 +704,9 @@ class ServingScheduler:
         self,
         batch: Batch,
         by_pos: list[int] | None,
-        by_id: dict[int, int] | None,
-        done: list[int],
-    ) -> list[int]:
+        by_id: dict[RequestId, int] | None,
+        done: list[RequestId],
+    ) -> list[RequestId]:
         cfg = self._config
         bs = cfg._block_size
         reqs, aborted = self._reqs, self._aborted
@@ -773,15 +781,15 @@ class ServingScheduler:
         ]
         heapify(self._heap)
 
-    def abort(self, request_id: int) -> None:
+    def abort(self, request_id: RequestId) -> None:
         """Cancel a tracked request at any time: its blocks are freed at once, and the
         pending batch's item for it (if any) is skipped by :meth:`update`."""
-        rid = as_u64("request_id", request_id)
+        rid = as_request_id("request_id", request_id)
         with self._locked():
             self._usable()
             r = self._reqs.get(rid)
             if r is None:
-                raise KeyError(message("unknown_request", request_id=rid))
+                raise KeyError(message("unknown_request", request_id=repr(rid)))
             self._mutating = "abort"
             self._forget(r)
             if rid in self._pending_ids:
@@ -791,22 +799,22 @@ class ServingScheduler:
     # -- lookups -------------------------------------------------------------------------
 
     def _get(self, request_id: object) -> _Req:
-        rid = as_u64("request_id", request_id)
+        rid = as_request_id("request_id", request_id)
         r = self._reqs.get(rid)
         if r is None:
-            raise KeyError(message("unknown_request", request_id=rid))
+            raise KeyError(message("unknown_request", request_id=repr(rid)))
         return r
 
-    def block_table(self, request_id: int) -> list[int]:
+    def block_table(self, request_id: RequestId) -> list[int]:
         """The request's block ids, in position order (empty while waiting)."""
-        rid = as_u64("request_id", request_id)
+        rid = as_request_id("request_id", request_id)
         with self._locked():
             self._usable()
             return list(self._get(rid).table)
 
-    def request(self, request_id: int) -> RequestView:
+    def request(self, request_id: RequestId) -> RequestView:
         """A snapshot of one tracked request."""
-        rid = as_u64("request_id", request_id)
+        rid = as_request_id("request_id", request_id)
         with self._locked():
             self._usable()
             r = self._get(rid)
@@ -829,7 +837,7 @@ class ServingScheduler:
 
     def __contains__(self, request_id: object) -> bool:
         try:
-            rid: int | None = as_u64("request_id", request_id)
+            rid: RequestId | None = as_request_id("request_id", request_id)
         except (TypeError, ValueError, OverflowError):
             rid = None
         with self._locked():

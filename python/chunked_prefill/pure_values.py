@@ -12,8 +12,10 @@ from collections.abc import Iterable
 from typing import Any, NoReturn, SupportsIndex
 
 from ._validate import (
+    RequestId,
     as_bool,
     as_number,
+    as_request_id,
     as_u64,
     as_u128,
     iterate,
@@ -227,7 +229,7 @@ class BatchItem(_Value):
         "_start",
         "_tokens",
     )
-    _request_id: int
+    _request_id: RequestId
     _start: int
     _tokens: int
     _is_prefill: bool
@@ -246,7 +248,7 @@ class BatchItem(_Value):
         new_blocks: Iterable[int],
         cached_tokens: int,
     ) -> BatchItem:
-        rid = as_u64("request_id", request_id)
+        rid = as_request_id("request_id", request_id)
         first = as_u64("start", start)
         count = as_u64("tokens", tokens)
         prefill = as_bool("is_prefill", is_prefill)
@@ -259,7 +261,7 @@ class BatchItem(_Value):
         return _new_item(rid, first, count, prefill, sample, blocks, cached)
 
     @property
-    def request_id(self) -> int:
+    def request_id(self) -> RequestId:
         """The request this share belongs to."""
         return self._request_id
 
@@ -294,7 +296,7 @@ class BatchItem(_Value):
         """Tokens found in the prefix cache when the request was admitted in this step."""
         return self._cached_tokens
 
-    def _key(self) -> tuple[int, int, int, bool, bool, tuple[int, ...], int]:
+    def _key(self) -> tuple[RequestId, int, int, bool, bool, tuple[int, ...], int]:
         return (
             self._request_id,
             self._start,
@@ -310,14 +312,14 @@ class BatchItem(_Value):
 
     def __repr__(self) -> str:
         return (
-            f"BatchItem(request_id={self._request_id}, start={self._start},"
+            f"BatchItem(request_id={self._request_id!r}, start={self._start},"
             f" tokens={self._tokens}, is_prefill={self._is_prefill}, samples={self._samples},"
             f" new_blocks={self._new_blocks!r}, cached_tokens={self._cached_tokens})"
         )
 
 
 def _new_item(
-    rid: int,
+    rid: RequestId,
     start: int,
     tokens: int,
     is_prefill: bool,
@@ -360,9 +362,9 @@ class Batch(_Value):
     )
     _step_index: int
     _items: tuple[BatchItem, ...]
-    _preempted: tuple[int, ...]
+    _preempted: tuple[RequestId, ...]
     _num_free_blocks: int
-    _sampling_ids: tuple[int, ...]
+    _sampling_ids: tuple[RequestId, ...]
     _prefill: int
     _decode: int
 
@@ -384,7 +386,7 @@ class Batch(_Value):
             rows.append(item)
         checked = tuple(rows)
         gone = tuple(
-            as_u64(f"preempted[{i}]", r)
+            as_request_id(f"preempted[{i}]", r)
             for i, r in enumerate(iterate("preempted", "request ids", preempted))
         )
         free = as_u64("num_free_blocks", num_free_blocks)
@@ -408,12 +410,12 @@ class Batch(_Value):
         return self._items
 
     @property
-    def preempted(self) -> tuple[int, ...]:
+    def preempted(self) -> tuple[RequestId, ...]:
         """Requests whose blocks were taken back in this step, worst-ranked first."""
         return self._preempted
 
     @property
-    def sampling_ids(self) -> tuple[int, ...]:
+    def sampling_ids(self) -> tuple[RequestId, ...]:
         """Ids of the items that sample, in item order."""
         return self._sampling_ids
 
@@ -433,7 +435,7 @@ class Batch(_Value):
         return self._num_free_blocks
 
     @property
-    def request_ids(self) -> tuple[int, ...]:
+    def request_ids(self) -> tuple[RequestId, ...]:
         """Each item's request id, in item order."""
         return tuple(i._request_id for i in self._items)
 
@@ -450,7 +452,7 @@ class Batch(_Value):
     def __len__(self) -> int:
         return len(self._items)
 
-    def _key(self) -> tuple[int, tuple[BatchItem, ...], tuple[int, ...], int]:
+    def _key(self) -> tuple[int, tuple[BatchItem, ...], tuple[RequestId, ...], int]:
         return (self._step_index, self._items, self._preempted, self._num_free_blocks)
 
     def __reduce__(self) -> Any:
@@ -465,7 +467,7 @@ class Batch(_Value):
 
 
 def _new_batch(
-    index: int, items: tuple[BatchItem, ...], preempted: tuple[int, ...], free: int
+    index: int, items: tuple[BatchItem, ...], preempted: tuple[RequestId, ...], free: int
 ) -> Batch:
     batch = _object_new(Batch)
     batch._step_index = index
@@ -479,7 +481,7 @@ def _new_batch(
 
 
 def _batch_from_key(
-    index: int, items: tuple[BatchItem, ...], preempted: tuple[int, ...], free: int
+    index: int, items: tuple[BatchItem, ...], preempted: tuple[RequestId, ...], free: int
 ) -> Batch:
     return _new_batch(index, items, preempted, free)
 
@@ -503,7 +505,7 @@ class RequestView(_Value):
         "_request_id",
         "_state",
     )
-    _request_id: int
+    _request_id: RequestId
     _state: str
     _num_tokens: int
     _num_computed: int
@@ -526,7 +528,7 @@ class RequestView(_Value):
         raise TypeError(f"cannot pickle '{name}' object")
 
     @property
-    def request_id(self) -> int:
+    def request_id(self) -> RequestId:
         """The caller's id of the request."""
         return self._request_id
 
@@ -570,7 +572,7 @@ class RequestView(_Value):
         """Prefix-cache hit tokens summed over the request's admissions."""
         return self._num_cached_tokens
 
-    def _key(self) -> tuple[int, str, int, int, int, int, int, int, int]:
+    def _key(self) -> tuple[RequestId, str, int, int, int, int, int, int, int]:
         return (
             self._request_id,
             self._state,
@@ -585,7 +587,7 @@ class RequestView(_Value):
 
     def __repr__(self) -> str:
         return (
-            f"RequestView(request_id={self._request_id}, state={self._state!r},"
+            f"RequestView(request_id={self._request_id!r}, state={self._state!r},"
             f" num_tokens={self._num_tokens}, num_computed={self._num_computed},"
             f" num_generated={self._num_generated}, max_new_tokens={self._max_new_tokens},"
             f" priority={self._priority}, num_preemptions={self._num_preemptions},"

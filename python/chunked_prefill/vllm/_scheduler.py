@@ -79,8 +79,9 @@ class Scheduler(SchedulerInterface):
         self.ec_connector = None
         self.requests: dict[str, Request] = {}
         self._core_ids: dict[str, int] = {}
-        self._by_core: dict[int, Request] = {}
-        self._fast: dict[int, _Fast] = {}  # what update_from_output reads per token
+        # Keyed as the core types its ids (int | str); this adapter hands it ints only.
+        self._by_core: dict[int | str, Request] = {}
+        self._fast: dict[int | str, _Fast] = {}  # what update_from_output reads per token
         # vLLM's engine hashes a request's blocks with these (its block hasher's early exit).
         self._hash_block_size = hash_block_size
         self._hash_lookahead = int(getattr(vllm_config, "num_hash_lookahead_tokens", 0) or 0)
@@ -326,8 +327,8 @@ class Scheduler(SchedulerInterface):
         fast = self._fast
         hash_size, lookahead = self._hash_block_size, self._hash_lookahead
         hash_every = hash_size or 1
-        tokens: dict[int, int] = {}
-        stopped: list[int] = []
+        tokens: dict[int | str, int] = {}
+        stopped: list[int | str] = []
         for core_id in batch.request_ids:
             entry = fast.get(core_id)
             if entry is None:
@@ -370,8 +371,8 @@ class Scheduler(SchedulerInterface):
     def _finish(
         self,
         batch: Batch,
-        tokens: dict[int, int],
-        finished: list[int],
+        tokens: dict[int | str, int],
+        finished: list[int | str],
         runner: Any,
         outputs: dict[int, list[EngineCoreOutput]],
     ) -> None:

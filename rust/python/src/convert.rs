@@ -16,16 +16,23 @@ use pyo3::types::{PyBool, PyDict, PyInt, PyIterator, PyTuple, PyType};
 /// `MemoryError`, every other rejected input a `ValueError`; the message is the core's (the
 /// table's).
 pub(crate) fn core_err(err: CoreError) -> PyErr {
+    let text = err.to_string();
+    core_err_text(&err, text)
+}
+
+/// The exception class `core_err` gives `err`, with the message `text` (the core's, with the
+/// caller's id in place of the core's).
+pub(crate) fn core_err_text(err: &CoreError, text: String) -> PyErr {
     match err {
-        CoreError::UnknownRequest { .. } => PyKeyError::new_err(err.to_string()),
+        CoreError::UnknownRequest { .. } => PyKeyError::new_err(text),
         CoreError::BatchPending { .. }
         | CoreError::BatchNotPending { .. }
         | CoreError::BatchStale { .. }
-        | CoreError::StateBatchPending { .. } => PyRuntimeError::new_err(err.to_string()),
+        | CoreError::StateBatchPending { .. } => PyRuntimeError::new_err(text),
         CoreError::OutOfMemory { .. } | CoreError::StateTooLarge { .. } => {
-            PyMemoryError::new_err(err.to_string())
+            PyMemoryError::new_err(text)
         }
-        _ => PyValueError::new_err(err.to_string()),
+        _ => PyValueError::new_err(text),
     }
 }
 

@@ -18,6 +18,7 @@ mod scheduler;
 mod serving;
 mod serving_args;
 mod serving_config;
+mod serving_ids;
 mod serving_state;
 mod serving_values;
 mod sim;

@@ -7,12 +7,15 @@
 //! path refuses, goes through the shared checks of `chunked_prefill._validate`, so both
 //! backends accept the same values and raise the same messages.
 
-use chunked_prefill::serving::Batch;
+use std::collections::HashSet;
+
 use chunked_prefill::{CoreError, Prompt};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyTuple};
 
-use crate::convert::{core_err, iterate, to_u64, type_error};
+use crate::convert::{core_err, iterate, type_error};
+use crate::serving_ids::{to_id, Failure, Id, Ids};
+use crate::serving_values::PyBatch;
 
 fn validate<'py>(py: Python<'py>, func: &str) -> PyResult<Bound<'py, PyAny>> {
     py.import("chunked_prefill._validate")?.getattr(func)
@@ -122,14 +125,31 @@ pub(crate) fn to_prompt(obj: &Bound<'_, PyAny>) -> PyResult<Prompt> {
     }
 }
 
-/// `update`'s `token_ids`, owned.
-pub(crate) enum Tokens {
+/// `update`'s `token_ids`, owned, keyed by the caller's ids (`Id`) or the core's (`u64`).
+pub(crate) enum Tokens<K> {
     None,
     Aligned(Vec<u32>),
-    ByRequest(Vec<(u64, u32)>),
+    ByRequest(Vec<(K, u32)>),
 }
 
-impl Tokens {
+impl Tokens<Id> {
+    /// Keyed by core ids. Every key sampled in the batch, which is the pending one, so the
+    /// map knows it (an aborted request's id is kept until `update`); a key it lacks is
+    /// handed on as an id the core knows not, which it refuses.
+    pub(crate) fn into_core(self, ids: &Ids) -> Tokens<u64> {
+        match self {
+            Self::None => Tokens::None,
+            Self::Aligned(tokens) => Tokens::Aligned(tokens),
+            Self::ByRequest(pairs) => Tokens::ByRequest(
+                (pairs.iter())
+                    .map(|(id, token)| (ids.core_or_next(id), *token))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+impl Tokens<u64> {
     /// The core's borrowed form.
     pub(crate) fn as_core(&self) -> chunked_prefill::TokenIds<'_> {
         match self {
@@ -143,12 +163,12 @@ impl Tokens {
 /// `update`'s `token_ids` for `batch`, checked in the contract's order: the type, then an
 /// aligned sequence's length and ids, or each mapping key (an id that sampled in `batch`)
 /// and its token id, in the mapping's order.
-pub(crate) fn to_tokens(batch: &Batch, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Tokens> {
+pub(crate) fn to_tokens(batch: &PyBatch, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Tokens<Id>> {
     let Some(obj) = obj.filter(|obj| !obj.is_none()) else {
         return Ok(Tokens::None);
     };
     let py = obj.py();
-    let expected = batch.sampling_ids().len();
+    let expected = batch.inner.sampling_ids().len();
     if let Some(ids) = plain_ids(obj) {
         if ids.len() != expected {
             let got = ids.len();
@@ -165,24 +185,7 @@ pub(crate) fn to_tokens(batch: &Batch, obj: Option<&Bound<'_, PyAny>>) -> PyResu
         Err(_) => None,
     };
     if let Some(items) = items {
-        // Sorted once, so that a mapping of every sampling id costs n log n, not n^2.
-        let mut sampled = batch.sampling_ids().to_vec();
-        sampled.sort_unstable();
-        let mut pairs = Vec::new();
-        for pair in items.try_iter()? {
-            let (key, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = pair?.extract()?;
-            let request_id = to_u64("token_ids key", &key)?;
-            if sampled.binary_search(&request_id).is_err() {
-                let step_index = batch.step_index();
-                return Err(core_err(CoreError::TokenIdsNotSampled {
-                    request_id,
-                    step_index,
-                }));
-            }
-            let token = to_token(&value, || format!("token_ids[{request_id}]"))?;
-            pairs.push((request_id, token));
-        }
-        return Ok(Tokens::ByRequest(pairs));
+        return by_request(batch, &items).map(Tokens::ByRequest);
     }
     if !validate(py, "is_sequence")?.call1((obj,))?.is_truthy()? {
         return Err(type_error("token_ids_type", "token_ids", obj));
@@ -194,32 +197,51 @@ pub(crate) fn to_tokens(batch: &Batch, obj: Option<&Bound<'_, PyAny>>) -> PyResu
     Ok(Tokens::Aligned(sequence_ids("token_ids", obj)?))
 }
 
+/// The pairs of a mapping's `items()`: each key a request id that sampled in `batch`
+/// (a set of them built once, so a mapping of every sampling id costs n, not n^2), each
+/// value its token id.
+fn by_request(batch: &PyBatch, items: &Bound<'_, PyAny>) -> PyResult<Vec<(Id, u32)>> {
+    let py = items.py();
+    let sampled: HashSet<&Id> = batch.sampling().collect();
+    let mut pairs = Vec::new();
+    for pair in items.try_iter()? {
+        let (key, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = pair?.extract()?;
+        let id = to_id("token_ids key", &key)?;
+        if !sampled.contains(&id) {
+            let step_index = batch.inner.step_index();
+            let err = CoreError::TokenIdsNotSampled {
+                request_id: 0,
+                step_index,
+            };
+            return Err(Failure::new(err, |_| Some(id.clone())).into_py(py));
+        }
+        let token = to_token(&value, || Ok(format!("token_ids[{}]", id.repr(py)?)))?;
+        pairs.push((id, token));
+    }
+    Ok(pairs)
+}
+
 /// A token id, named `name()` in an error (the name is built only then).
-fn to_token(obj: &Bound<'_, PyAny>, name: impl FnOnce() -> String) -> PyResult<u32> {
+fn to_token(obj: &Bound<'_, PyAny>, name: impl FnOnce() -> PyResult<String>) -> PyResult<u32> {
     if obj.is_exact_instance_of::<PyInt>() {
         if let Ok(token) = obj.extract::<u32>() {
             return Ok(token);
         }
     }
     validate(obj.py(), "as_token")?
-        .call1((name(), obj))?
+        .call1((name()?, obj))?
         .extract()
 }
 
 /// `update`'s `finished`: any iterable of ids, each named `finished[i]`; absent, none (an
 /// explicit `None` is no iterable, so it is refused, as on the twin).
-pub(crate) fn to_ids(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<u64>> {
+pub(crate) fn to_ids(name: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<Id>> {
     let Some(obj) = obj else {
         return Ok(Vec::new());
     };
     let mut ids = Vec::new();
     for (i, item) in iterate(name, "request ids", obj)?.enumerate() {
-        let item = item?;
-        let plain = item.is_exact_instance_of::<PyInt>();
-        match plain.then(|| item.extract::<u64>().ok()).flatten() {
-            Some(id) => ids.push(id),
-            None => ids.push(to_u64(&format!("{name}[{i}]"), &item)?),
-        }
+        ids.push(to_id(&format!("{name}[{i}]"), &item?)?);
     }
     Ok(ids)
 }

@@ -4,6 +4,10 @@
 //! `from_state` checks a state with the shared parser `chunked_prefill._serving_state.parse`
 //! (every type, range and rule, with the table's messages, naming the path), then hands the
 //! checked values to the core, which rebuilds the scheduler.
+//!
+//! A state names requests by the caller's ids (an int or a str, so either backend reads
+//! it); the core's ids are the binding's own, translated on the way out and given afresh
+//! (0..n in list order) on the way in.
 
 use chunked_prefill::serving::{RequestRecord, RequestState, ServingState};
 use pyo3::prelude::*;
@@ -11,14 +15,15 @@ use pyo3::types::{PyDict, PyList};
 
 use crate::convert::counter;
 use crate::serving_config::PyServingConfig;
+use crate::serving_ids::{to_id, Id, Ids};
 
 fn hex(hash: &[u8]) -> String {
     hash.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-fn request_dict<'py>(py: Python<'py>, r: &RequestRecord) -> PyResult<Bound<'py, PyDict>> {
+fn request_dict<'py>(py: Python<'py>, r: &RequestRecord, id: &Id) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
-    dict.set_item("request_id", r.request_id)?;
+    dict.set_item("request_id", id.to_object(py))?;
     dict.set_item("priority", r.priority)?;
     dict.set_item("cache_salt", r.cache_salt)?;
     dict.set_item("max_new_tokens", r.max_new_tokens)?;
@@ -32,8 +37,13 @@ fn request_dict<'py>(py: Python<'py>, r: &RequestRecord) -> PyResult<Bound<'py, 
     Ok(dict)
 }
 
-/// The plain-Python form of an exported state.
-pub(crate) fn to_python<'py>(py: Python<'py>, state: &ServingState) -> PyResult<Bound<'py, PyAny>> {
+/// The plain-Python form of an exported state; `ids` are the caller's ids of its requests,
+/// in order.
+pub(crate) fn to_python<'py>(
+    py: Python<'py>,
+    state: &ServingState,
+    ids: &[Id],
+) -> PyResult<Bound<'py, PyAny>> {
     let dict = PyDict::new(py);
     dict.set_item("version", 1)?;
     dict.set_item("kind", "serving")?;
@@ -42,8 +52,8 @@ pub(crate) fn to_python<'py>(py: Python<'py>, state: &ServingState) -> PyResult<
     dict.set_item("num_preemptions", counter(py, state.num_preemptions)?)?;
     dict.set_item("num_cached_tokens", counter(py, state.num_cached_tokens)?)?;
     let requests = PyList::empty(py);
-    for record in &state.requests {
-        requests.append(request_dict(py, record)?)?;
+    for (record, id) in state.requests.iter().zip(ids) {
+        requests.append(request_dict(py, record, id)?)?;
     }
     dict.set_item("requests", requests)?;
     dict.set_item("free_queue", PyList::new(py, &state.free_queue)?)?;
@@ -61,8 +71,9 @@ pub(crate) fn to_python<'py>(py: Python<'py>, state: &ServingState) -> PyResult<
     Ok(dict.into_any())
 }
 
-/// A state checked by the shared parser, as the core's values.
-pub(crate) fn from_python(state: &Bound<'_, PyAny>) -> PyResult<ServingState> {
+/// A state checked by the shared parser, as the core's values, and the ids of its requests
+/// (the i-th request's core id is i).
+pub(crate) fn from_python(state: &Bound<'_, PyAny>) -> PyResult<(ServingState, Ids)> {
     let py = state.py();
     // The parser builds the config with the twin's class: the checks and messages are the
     // same, and it also gives the watermark blocks the parser's rules need.
@@ -78,11 +89,14 @@ pub(crate) fn from_python(state: &Bound<'_, PyAny>) -> PyResult<ServingState> {
     let (step_index, num_preemptions, num_cached_tokens): (u128, u128, u128) =
         parsed.getattr("counters")?.extract()?;
     let mut requests = Vec::new();
-    for request in parsed.getattr("requests")?.try_iter()? {
+    let mut ids = Ids::default();
+    for (core, request) in (0u64..).zip(parsed.getattr("requests")?.try_iter()?) {
         let request = request?;
         let running: bool = request.getattr("running")?.extract()?;
+        // The parser has checked each id and that none repeats.
+        ids.intern(to_id("request_id", &request.getattr("request_id")?)?, core);
         requests.push(RequestRecord {
-            request_id: request.getattr("request_id")?.extract()?,
+            request_id: core,
             priority: request.getattr("priority")?.extract()?,
             cache_salt: request.getattr("cache_salt")?.extract()?,
             max_new_tokens: request.getattr("max_new_tokens")?.extract()?,
@@ -112,7 +126,7 @@ pub(crate) fn from_python(state: &Bound<'_, PyAny>) -> PyResult<ServingState> {
         })?;
         block_hashes.push((block, hash));
     }
-    Ok(ServingState {
+    let state = ServingState {
         config,
         step_index,
         num_preemptions,
@@ -120,5 +134,6 @@ pub(crate) fn from_python(state: &Bound<'_, PyAny>) -> PyResult<ServingState> {
         requests,
         free_queue,
         block_hashes,
-    })
+    };
+    Ok((state, ids))
 }

@@ -3,6 +3,10 @@
 //! A `Batch` keeps its items as Rust values and builds Python objects only for the fields a
 //! caller reads, each once: a serving loop that reads `sampling_ids` and the parallel tuples
 //! never pays for one `BatchItem` object per item.
+//!
+//! Request ids here are the caller's (see `serving_ids`): a value keeps its core item with
+//! the core's id zeroed, and compares, hashes and prints by the caller's id, so a batch built
+//! in Python equals the scheduler's own.
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -16,6 +20,7 @@ use pyo3::types::{PyDict, PyTuple};
 use crate::convert::{
     counter, iterate, reduce_new, to_bool, to_u128, to_u64, to_usize, type_error, Reduced,
 };
+use crate::serving_ids::{to_id, BatchIds, Id};
 
 fn py_bool(value: bool) -> &'static str {
     if value {
@@ -34,18 +39,66 @@ fn tuple_repr<T: ToString>(values: impl IntoIterator<Item = T>) -> String {
     }
 }
 
-fn item_repr(item: &BatchItem) -> String {
-    format!(
+/// The reprs of `ids`, as a tuple of them prints them.
+fn id_reprs(py: Python<'_>, ids: &[Id]) -> PyResult<Vec<String>> {
+    ids.iter().map(|id| id.repr(py)).collect()
+}
+
+/// A tuple of the caller's ids.
+fn id_tuple<'a, 'py>(
+    py: Python<'py>,
+    ids: impl Iterator<Item = &'a Id>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let objects: Vec<_> = ids.map(|id| id.to_object(py)).collect();
+    PyTuple::new(py, objects)
+}
+
+/// An item's fields but its core id: what an item compares and hashes by, beside its
+/// caller's id. Destructured in full, so a new field cannot be left out unnoticed.
+type ItemKey<'a> = (u128, usize, bool, bool, &'a [usize], u128);
+
+fn item_key(item: &BatchItem) -> ItemKey<'_> {
+    let BatchItem {
+        request_id: _,
+        start,
+        tokens,
+        is_prefill,
+        samples,
+        new_blocks,
+        cached_tokens,
+    } = item;
+    (
+        *start,
+        *tokens,
+        *is_prefill,
+        *samples,
+        new_blocks,
+        *cached_tokens,
+    )
+}
+
+/// Whether two batches plan the same step for the same caller ids (their core ids aside:
+/// an unpickled batch has none).
+pub(crate) fn same_batch(a: (&Batch, &BatchIds), b: (&Batch, &BatchIds)) -> bool {
+    a.0.step_index() == b.0.step_index()
+        && a.0.num_free_blocks() == b.0.num_free_blocks()
+        && a.1 == b.1
+        && a.0.len() == b.0.len()
+        && (a.0.items().iter().zip(b.0.items())).all(|(x, y)| item_key(x) == item_key(y))
+}
+
+fn item_repr(py: Python<'_>, item: &BatchItem, id: &Id) -> PyResult<String> {
+    Ok(format!(
         "BatchItem(request_id={}, start={}, tokens={}, is_prefill={}, samples={}, \
          new_blocks={}, cached_tokens={})",
-        item.request_id,
+        id.repr(py)?,
         item.start,
         item.tokens,
         py_bool(item.is_prefill),
         py_bool(item.samples),
         tuple_repr(&item.new_blocks),
         item.cached_tokens
-    )
+    ))
 }
 
 /// The ids (or counts) of an iterable argument, each converted by `convert` and named
@@ -73,7 +126,20 @@ fn collect<T>(
 #[pyclass(name = "BatchItem", module = "chunked_prefill._core", frozen, eq, hash)]
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub(crate) struct PyBatchItem {
+    /// The item, its core `request_id` 0: only `id` names the request.
     pub(crate) inner: BatchItem,
+    pub(crate) id: Id,
+}
+
+impl PyBatchItem {
+    /// A core item under the caller's id.
+    fn new_named(item: &BatchItem, id: Id) -> Self {
+        let inner = BatchItem {
+            request_id: 0,
+            ..item.clone()
+        };
+        Self { inner, id }
+    }
 }
 
 #[pymethods]
@@ -101,8 +167,9 @@ impl PyBatchItem {
         cached_tokens: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
         Ok(Self {
+            id: to_id("request_id", request_id)?,
             inner: BatchItem {
-                request_id: to_u64("request_id", request_id)?,
+                request_id: 0,
                 start: to_u64("start", start)?.into(),
                 tokens: to_usize("tokens", tokens)?,
                 is_prefill: to_bool("is_prefill", is_prefill)?,
@@ -115,8 +182,8 @@ impl PyBatchItem {
 
     /// The request this item computes.
     #[getter]
-    fn request_id(&self) -> u64 {
-        self.inner.request_id
+    fn request_id<'py>(&self, py: Python<'py>) -> Bound<'py, PyAny> {
+        self.id.to_object(py)
     }
 
     /// The first position computed (the request's ``num_computed`` when planned).
@@ -159,7 +226,7 @@ impl PyBatchItem {
         let py = slf.py();
         let item = &slf.get().inner;
         let kwargs = PyDict::new(py);
-        kwargs.set_item("request_id", item.request_id)?;
+        kwargs.set_item("request_id", slf.get().id.to_object(py))?;
         kwargs.set_item("start", counter(py, item.start)?)?;
         kwargs.set_item("tokens", item.tokens)?;
         kwargs.set_item("is_prefill", item.is_prefill)?;
@@ -169,8 +236,8 @@ impl PyBatchItem {
         reduce_new(slf.get_type(), PyTuple::empty(py), kwargs)
     }
 
-    fn __repr__(&self) -> String {
-        item_repr(&self.inner)
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        item_repr(py, &self.inner, &self.id)
     }
 }
 
@@ -183,8 +250,12 @@ impl PyBatchItem {
 /// blocks in this step (the engine drops their KV cache).
 #[pyclass(name = "Batch", module = "chunked_prefill._core", frozen)]
 pub(crate) struct PyBatch {
-    /// Shared with the scheduler that planned it: `schedule()` copies nothing.
+    /// Shared with the scheduler that planned it: `schedule()` copies nothing. Its core ids
+    /// are the scheduler's (all 0 in a batch built in Python): only `ids` name requests.
     pub(crate) inner: Arc<Batch>,
+    /// The caller's ids, captured at `schedule()` (shared with the scheduler, which compares
+    /// an unpickled batch by them).
+    pub(crate) ids: Arc<BatchIds>,
     /// The `schedule()` call that made it (see `PyServingScheduler::issued`); 0 for a batch
     /// built or unpickled in Python.
     pub(crate) issue: u64,
@@ -196,14 +267,11 @@ pub(crate) struct PyBatch {
 }
 
 impl PyBatch {
-    pub(crate) fn wrap(inner: Batch) -> Self {
-        Self::issued(Arc::new(inner), 0)
-    }
-
-    /// The batch `schedule()` call number `issue` returned.
-    pub(crate) fn issued(inner: Arc<Batch>, issue: u64) -> Self {
+    /// The batch `schedule()` call number `issue` returned (0: built in Python).
+    pub(crate) fn issued(inner: Arc<Batch>, ids: Arc<BatchIds>, issue: u64) -> Self {
         Self {
             inner,
+            ids,
             issue,
             items: PyOnceLock::new(),
             request_ids: PyOnceLock::new(),
@@ -211,6 +279,13 @@ impl PyBatch {
             token_counts: PyOnceLock::new(),
             sampling_ids: PyOnceLock::new(),
         }
+    }
+
+    /// The caller's ids of the items that sample, in item order.
+    pub(crate) fn sampling(&self) -> impl Iterator<Item = &Id> + '_ {
+        (self.inner.items().iter().zip(&self.ids.items))
+            .filter(|(item, _)| item.samples)
+            .map(|(_, id)| id)
     }
 
     /// The tuple in `cell`, built by `build` on first use.
@@ -241,14 +316,18 @@ impl PyBatch {
         // Item by item: the first item that is not a BatchItem is refused before the next
         // is drawn (an endless iterator of anything fails at once).
         let mut rows = Vec::new();
+        let mut ids = BatchIds::default();
         for item in iterate("items", "BatchItem values", items)? {
             let item = item?;
             match item.cast::<PyBatchItem>() {
-                Ok(item) => rows.push(item.get().inner.clone()),
+                Ok(item) => {
+                    rows.push(item.get().inner.clone());
+                    ids.items.push(item.get().id.clone());
+                }
                 Err(_) => return Err(type_error("not_batch_item", "items", &item)),
             }
         }
-        let preempted = collect("preempted", "request ids", preempted, to_u64)?;
+        ids.preempted = collect("preempted", "request ids", preempted, to_id)?;
         let num_free_blocks = to_usize("num_free_blocks", num_free_blocks)?;
         // The token sums must fit a u64, as every count the scheduler reports does.
         for (name, prefill) in [("num_prefill_tokens", true), ("num_decode_tokens", false)] {
@@ -260,12 +339,9 @@ impl PyBatch {
                 )));
             }
         }
-        Ok(Self::wrap(Batch::new(
-            step_index,
-            rows,
-            preempted,
-            num_free_blocks,
-        )))
+        let zeros = vec![0; ids.preempted.len()];
+        let batch = Batch::new(step_index, rows, zeros, num_free_blocks);
+        Ok(Self::issued(Arc::new(batch), Arc::new(ids), 0))
     }
 
     /// The step this batch plans: 0 for the first ``schedule()``.
@@ -278,15 +354,8 @@ impl PyBatch {
     #[getter]
     fn items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         Self::cached(py, &self.items, || {
-            let objects = (self.inner.items().iter())
-                .map(|item| {
-                    Bound::new(
-                        py,
-                        PyBatchItem {
-                            inner: item.clone(),
-                        },
-                    )
-                })
+            let objects = (self.inner.items().iter().zip(&self.ids.items))
+                .map(|(item, id)| Bound::new(py, PyBatchItem::new_named(item, id.clone())))
                 .collect::<PyResult<Vec<_>>>()?;
             PyTuple::new(py, objects)
         })
@@ -295,15 +364,13 @@ impl PyBatch {
     /// Requests whose blocks were taken back in this step, in the order preempted.
     #[getter]
     fn preempted<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, self.inner.preempted())
+        id_tuple(py, self.ids.preempted.iter())
     }
 
     /// Ids of the items that sample, in item order.
     #[getter]
     fn sampling_ids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        Self::cached(py, &self.sampling_ids, || {
-            PyTuple::new(py, self.inner.sampling_ids())
-        })
+        Self::cached(py, &self.sampling_ids, || id_tuple(py, self.sampling()))
     }
 
     /// Tokens of the prefill items.
@@ -328,7 +395,7 @@ impl PyBatch {
     #[getter]
     fn request_ids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         Self::cached(py, &self.request_ids, || {
-            PyTuple::new(py, self.inner.request_ids())
+            id_tuple(py, self.ids.items.iter())
         })
     }
 
@@ -356,12 +423,17 @@ impl PyBatch {
     }
 
     fn __eq__(&self, other: &Bound<'_, Self>) -> bool {
-        *other.get().inner == *self.inner
+        let other = other.get();
+        same_batch((&self.inner, &self.ids), (&other.inner, &other.ids))
     }
 
     fn __hash__(&self) -> u64 {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        self.inner.hash(&mut hasher);
+        let b = &self.inner;
+        (b.step_index(), b.num_free_blocks(), &*self.ids).hash(&mut hasher);
+        b.items()
+            .iter()
+            .for_each(|item| item_key(item).hash(&mut hasher));
         hasher.finish()
     }
 
@@ -376,19 +448,21 @@ impl PyBatch {
         reduce_new(slf.get_type(), PyTuple::empty(py), kwargs)
     }
 
-    fn __repr__(&self) -> String {
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         let b = &self.inner;
-        let items: Vec<String> = b.items().iter().map(item_repr).collect();
-        format!(
+        let items = (b.items().iter().zip(&self.ids.items))
+            .map(|(item, id)| item_repr(py, item, id))
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(format!(
             "Batch(step_index={}, items={}, preempted={}, num_prefill_tokens={}, \
              num_decode_tokens={}, num_free_blocks={})",
             b.step_index(),
             tuple_repr(items),
-            tuple_repr(b.preempted()),
+            tuple_repr(id_reprs(py, &self.ids.preempted)?),
             b.num_prefill_tokens(),
             b.num_decode_tokens(),
             b.num_free_blocks()
-        )
+        ))
     }
 }
 
@@ -405,15 +479,28 @@ impl PyBatch {
 )]
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub(crate) struct PyRequestView {
-    pub(crate) inner: RequestView,
+    /// The snapshot, its core `request_id` 0: only `id` names the request.
+    inner: RequestView,
+    id: Id,
+}
+
+impl PyRequestView {
+    /// The core's snapshot under the caller's id.
+    pub(crate) fn new(inner: RequestView, id: Id) -> Self {
+        let inner = RequestView {
+            request_id: 0,
+            ..inner
+        };
+        Self { inner, id }
+    }
 }
 
 #[pymethods]
 impl PyRequestView {
     /// The id given to ``add_request``.
     #[getter]
-    fn request_id(&self) -> u64 {
-        self.inner.request_id
+    fn request_id<'py>(&self, py: Python<'py>) -> Bound<'py, PyAny> {
+        self.id.to_object(py)
     }
 
     /// ``"waiting"`` or ``"running"``.
@@ -464,13 +551,13 @@ impl PyRequestView {
         counter(py, self.inner.num_cached_tokens)
     }
 
-    fn __repr__(&self) -> String {
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         let v = &self.inner;
-        format!(
+        Ok(format!(
             "RequestView(request_id={}, state='{}', num_tokens={}, num_computed={}, \
              num_generated={}, max_new_tokens={}, priority={}, num_preemptions={}, \
              num_cached_tokens={})",
-            v.request_id,
+            self.id.repr(py)?,
             v.state.as_str(),
             v.num_tokens,
             v.num_computed,
@@ -479,6 +566,6 @@ impl PyRequestView {
             v.priority,
             v.num_preemptions,
             v.num_cached_tokens
-        )
+        ))
     }
 }
