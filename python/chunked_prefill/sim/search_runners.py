@@ -29,7 +29,7 @@ from .search_space import RateWorkload, SearchPoint, SyntheticWorkload
 from .serving import simulate_serving
 from .simulator import SimResult
 from .steady import DEFAULT_DRAIN, DEFAULT_WARMUP
-from .workload import Workload
+from .workload import MAX_REQUESTS, Workload
 
 __all__ = [
     "PoolRunner",
@@ -75,7 +75,8 @@ def run_probe(ctx: ProbeContext, index: int, rate: float) -> Done:
     run is decisive as it is."""
     workload = fleet_workload(ctx.workload, ctx.points[index].replicas)
     result = _simulate(ctx, index, workload.at_rate(rate))
-    most = workload.requests * MAX_GROWTH if isinstance(workload, SyntheticWorkload) else 0
+    grow = workload.requests * MAX_GROWTH if isinstance(workload, SyntheticWorkload) else 0
+    most = min(grow, MAX_REQUESTS)  # never past what a synthetic workload may draw
     while isinstance(workload, SyntheticWorkload) and workload.requests * 2 <= most:
         steady = result.serving.steady if result.serving is not None else None
         if steady is None or steady.long_enough or steady.overloaded:
@@ -114,12 +115,12 @@ def _simulate(ctx: ProbeContext, index: int, workload: Workload) -> SimResult:
 
 def fleet_workload(workload: RateWorkload, replicas: int) -> RateWorkload:
     """The workload a fleet of ``replicas`` is probed with: a synthetic one draws
-    ``replicas`` times its requests, so that each replica serves as many as one replica
-    alone and a fleet's run is as long as one replica's (with half the requests each, two
-    replicas would be measured on a run half as long, too short to fill them). A trace is
-    what it is."""
+    ``replicas`` times its requests (at most :data:`~.workload.MAX_REQUESTS`), so that each
+    replica serves as many as one replica alone and a fleet's run is as long as one
+    replica's (with half the requests each, two replicas would be measured on a run half as
+    long, too short to fill them). A trace is what it is."""
     if isinstance(workload, SyntheticWorkload) and replicas > 1:
-        return replace(workload, requests=workload.requests * replicas)
+        return replace(workload, requests=min(workload.requests * replicas, MAX_REQUESTS))
     return workload
 
 
