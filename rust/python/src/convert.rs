@@ -109,10 +109,16 @@ pub(crate) fn to_u64(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<u64> {
 /// not tracked: `TypeError`, `ValueError` and `OverflowError` of the check); any other error,
 /// say from a user's `__index__`, propagates, as it does from the pure twin.
 pub(crate) fn lookup_id(obj: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
-    match to_u64("request_id", obj) {
+    looked_up(obj.py(), to_u64("request_id", obj))
+}
+
+/// The result of converting a looked-up id: `None` when the conversion refused the value as
+/// no valid id (`TypeError`, `ValueError`, `OverflowError`), any other error as it is. Both
+/// schedulers' `__contains__` share it, so they agree on what "not tracked" means.
+pub(crate) fn looked_up<T>(py: Python<'_>, converted: PyResult<T>) -> PyResult<Option<T>> {
+    match converted {
         Ok(id) => Ok(Some(id)),
         Err(err) => {
-            let py = obj.py();
             let invalid = err.is_instance_of::<PyTypeError>(py)
                 || err.is_instance_of::<PyValueError>(py)
                 || err.is_instance_of::<PyOverflowError>(py);

@@ -12,11 +12,11 @@ use std::sync::Arc;
 
 use chunked_prefill::serving::Batch;
 use chunked_prefill::CoreError;
-use pyo3::exceptions::{PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyInt, PyString};
 
-use crate::convert::{core_err_text, slow_check};
+use crate::convert::{core_err_text, looked_up, slow_check};
 
 /// A request id as the caller gave it. Equal and hashed as Python's `==` on an exact
 /// `int` or `str` (an int never equals a str, so `1` and `"1"` are two requests).
@@ -111,20 +111,7 @@ pub(crate) fn to_id(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Id> {
 /// tracked), as the twin's `TypeError`, `ValueError` and `OverflowError`; any other error,
 /// say from a user's `__index__`, propagates.
 pub(crate) fn lookup_id(obj: &Bound<'_, PyAny>) -> PyResult<Option<Id>> {
-    match to_id("request_id", obj) {
-        Ok(id) => Ok(Some(id)),
-        Err(err) => {
-            let py = obj.py();
-            let invalid = err.is_instance_of::<PyTypeError>(py)
-                || err.is_instance_of::<PyValueError>(py)
-                || err.is_instance_of::<PyOverflowError>(py);
-            if invalid {
-                Ok(None)
-            } else {
-                Err(err)
-            }
-        }
-    }
+    looked_up(obj.py(), to_id("request_id", obj))
 }
 
 /// The caller's ids of a batch: one per item, in item order, and the preempted ones. A batch
