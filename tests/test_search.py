@@ -15,7 +15,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chunked_prefill.cli import main
 from chunked_prefill.sim import (
     ServingSimConfig,
     SyntheticWorkload,
@@ -26,6 +25,7 @@ from chunked_prefill.sim import (
 )
 from chunked_prefill.sim import search_cli as search_cli_module
 from chunked_prefill.sim.rate_search import BRACKET_STEPS, RateSearch, bisection_steps
+from cli_capture import cli as _cli
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "examples" / "trace.csv"
@@ -125,15 +125,6 @@ def test_search_uses_the_fake_non_monotone_simulator(monkeypatch: pytest.MonkeyP
 
 
 # ------------------------------------------------------------------ the real simulator
-
-
-def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 GRID = ["--requests", "200", "--chunk-size", "256,none", "--max-running", "64,256", *SLO]

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from chunked_prefill.cli import main
 from chunked_prefill.sim import (
     SimConfig,
     TraceError,
@@ -24,17 +23,9 @@ from chunked_prefill.sim import (
     simulate_serving,
 )
 from chunked_prefill.sim.serving import ServingSimConfig
+from cli_capture import cli
 
 WL = default_workload(60, rate=10.0, seed=2)
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
