@@ -466,10 +466,12 @@ def _summarise(
     attainment = goodput = interval = None
     each: dict[str, float] = {}
     if slo:
-        ok = slo_met(slo, arrival, first, finish, output, max_gap)[mask]
+        # Each SLO's mask once; meeting every SLO is their conjunction.
+        ok = np.ones(int(mask.sum()), dtype=bool)
         for name, limit in slo.items():
             one = slo_met({name: limit}, arrival, first, finish, output, max_gap)[mask]
             each[name] = float(one.mean())
+            ok &= one
         met = int(ok.sum())
         attainment = met / len(ok)
         interval = wilson_interval(met, len(ok))
