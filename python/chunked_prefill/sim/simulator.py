@@ -243,7 +243,9 @@ class Percentiles:
         def pick(q: int) -> float:
             return float(v[int(np.searchsorted(scaled, q * total, side="left"))])
 
-        mean = float(np.dot(mean_of[0], mean_of[1].astype(np.float64)) / total)
+        # numpy's own pairwise sum, not np.dot: BLAS splits a dot product by its thread
+        # count (Ray workers run with one thread), which changed the last bit between hosts.
+        mean = float(np.sum(mean_of[0] * mean_of[1].astype(np.float64)) / total)
         return cls(total, mean, pick(50), pick(90), pick(99), float(v[-1]))
 
 
