@@ -318,14 +318,27 @@ impl Request {
             let node = match self.prompt_block(i, block_size) {
                 Some(block) => pool.intern(parent, self.cache_salt, block),
                 None => {
-                    ids.clear();
-                    ids.extend(self.known_tokens(i * block_size, block_size));
+                    self.block_ids_into(i, block_size, ids);
                     pool.intern(parent, self.cache_salt, ids)
                 }
             };
             self.nodes.push(node);
         }
         self.nodes.len().min(blocks)
+    }
+
+    /// The ids of block `block`, which are all known, into `ids`.
+    fn block_ids_into(&self, block: usize, block_size: usize, ids: &mut Vec<u32>) {
+        ids.clear();
+        let start = block * block_size;
+        let prompt = self.prompt_ids().len();
+        // A block of generated tokens alone (every block a decode fills): a slice of them.
+        let generated = (start.checked_sub(prompt))
+            .and_then(|from| self.generated.get(from..from.checked_add(block_size)?));
+        match generated {
+            Some(tokens) => ids.extend(tokens.iter().flatten()),
+            None => ids.extend(self.known_tokens(start, block_size)),
+        }
     }
 
     /// The known ids of block `block` (all of them for a block its chain reached).

@@ -245,6 +245,13 @@ impl ServingScheduler {
         self.tracked(request_id).map(|request| request.view(clock))
     }
 
+    /// A tracked request's rank, `(priority, order of add_request)`: lower is served first
+    /// (for a driver that orders what it records of some requests as the batch lists them).
+    #[must_use]
+    pub fn rank_of(&self, request_id: u64) -> Option<(i64, u64)> {
+        (self.requests.get(request_id)).map(|request| (request.priority, request.seq))
+    }
+
     /// Whether the id is tracked (waiting or running).
     #[must_use]
     pub fn contains(&self, request_id: u64) -> bool {
