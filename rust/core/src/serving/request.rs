@@ -287,6 +287,13 @@ impl Request {
         self.generated.push(Some(token));
     }
 
+    /// Whether any of its tokens are known (a prompt of ids): else no block of it is ever
+    /// hashed.
+    #[inline]
+    pub(crate) fn has_known_tokens(&self) -> bool {
+        matches!(self.prompt, PromptIds::Known(_))
+    }
+
     /// Blocks whose tokens (and all before) are known: the most its chain can hold now.
     pub(crate) fn hashable_blocks(&self, block_size: usize) -> usize {
         div_blocks(self.known_prefix(), block_size)

@@ -45,6 +45,8 @@ pub struct ServingScheduler {
     pub(super) group: Group,
     /// The members given a block in the step being planned, rank order, with the block.
     pub(super) decode_blocks: Vec<(Rank, usize, usize)>,
+    /// Scratch of `update`: the members that fill a block at this tick.
+    pub(super) fills: Vec<Entry>,
     /// Scratch of sealing a batch: the prefill items (and their slots and sampling ids),
     /// which move behind the decode items.
     pub(super) tail_items: Vec<BatchItem>,
@@ -105,6 +107,7 @@ impl ServingScheduler {
             prefilling: Vec::new(),
             group: Group::default(),
             decode_blocks: Vec::new(),
+            fills: Vec::new(),
             tail_items: Vec::new(),
             tail_slots: Vec::new(),
             tail_ids: Vec::new(),

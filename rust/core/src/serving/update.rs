@@ -9,9 +9,9 @@ use hashlink::DefaultHashBuilder;
 
 use super::batch::{Batch, BatchItem};
 use super::counts::{full_blocks, shortfall};
-use super::group::{EventKind, Group};
+use super::group::Group;
 use super::request::{Request, RequestState};
-use super::scheduler::ServingScheduler;
+use super::scheduler::{Entry, ServingScheduler};
 use crate::CoreError;
 
 /// The sampled token ids `update` receives.
@@ -240,40 +240,51 @@ impl ServingScheduler {
                 continue;
             };
             if let Some(request) = self.requests.at(slot).filter(|r| r.in_group()) {
-                self.group.push(request, slot, EventKind::Finish, 1);
+                self.group.push_finish(request, slot, 1);
             }
         }
     }
 
-    /// Apply the decode group's events due at this tick: a filled block is registered and
-    /// asks for the next, a finished member is freed and forgotten.
+    /// Apply the decode group's events due at this tick, in rank order, a request's fill
+    /// before its finish: a filled block is registered and asks for the next, a finished
+    /// member is freed and forgotten.
     fn apply_group_events(&mut self) {
-        let block_size = self.config.block_size;
-        while let Some(event) = self.group.pop_due() {
-            let Some(request) = self.requests.at_mut(event.slot) else {
-                continue;
+        let mut fills = std::mem::take(&mut self.fills);
+        fills.clear();
+        (self.group).due_fills(&self.requests, self.config.block_size, &mut fills);
+        let mut fills_left = fills.iter().copied().peekable();
+        loop {
+            let finish = self.group.pop_finish();
+            // The fills ranked before this finish (all of them once none is left), then it.
+            let before = |&(rank, _): &Entry| finish.is_none_or(|f| rank <= f.rank);
+            while let Some((_, slot)) = fills_left.next_if(before) {
+                self.apply_fill(slot);
+            }
+            let Some(finish) = finish else {
+                break;
             };
-            if !Group::is_live(&event, request) {
-                continue; // of a membership that ended
+            let live = (self.requests.at(finish.slot)).is_some_and(|r| Group::is_live(&finish, r));
+            if live {
+                let id = self.requests.at(finish.slot).map_or(0, |r| r.id);
+                self.finished_out.push(id);
+                let _ = self.forget(id);
             }
-            match event.kind {
-                EventKind::Fill => {
-                    request.settle(self.group.clock);
-                    self.deficit += 1;
-                    self.group.needs_block.push((event.rank, event.slot));
-                    self.group
-                        .push(request, event.slot, EventKind::Fill, block_size as u64);
-                    if self.config.prefix_caching {
-                        let start = request.num_computed - 1;
-                        self.register_blocks(event.slot, start, 1);
-                    }
-                }
-                EventKind::Finish => {
-                    let id = request.id;
-                    self.finished_out.push(id);
-                    let _ = self.forget(id);
-                }
-            }
+        }
+        self.fills = fills;
+    }
+
+    /// The member in `slot` filled its last block: it needs another, and the block can enter
+    /// the prefix cache.
+    fn apply_fill(&mut self, slot: usize) {
+        let Some(request) = self.requests.at_mut(slot) else {
+            return;
+        };
+        request.settle(self.group.clock);
+        self.deficit += 1;
+        self.group.needs_block.push((request.rank(), slot));
+        let start = request.num_computed - 1;
+        if self.config.prefix_caching && request.has_known_tokens() {
+            self.register_blocks(slot, start, 1);
         }
     }
 
