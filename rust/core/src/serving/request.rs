@@ -105,6 +105,8 @@ pub(crate) struct Request {
     /// Times it joined the decode group: tells its current membership's events from those
     /// of an earlier one.
     pub(crate) joins: u32,
+    /// The block pass 1 gave it in the step being planned, until its decode item is listed.
+    pub(crate) new_block: Option<usize>,
 }
 
 /// The room a request's first known sampled token reserves for those that follow.
@@ -164,6 +166,7 @@ impl Request {
             item: None,
             group: None,
             joins: 0,
+            new_block: None,
         }
     }
 

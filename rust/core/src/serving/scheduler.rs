@@ -43,8 +43,6 @@ pub struct ServingScheduler {
     pub(super) prefilling: Vec<Entry>,
     /// The decodes (see `group.rs`).
     pub(super) group: Group,
-    /// The members given a block in the step being planned, rank order, with the block.
-    pub(super) decode_blocks: Vec<(Rank, usize, usize)>,
     /// Scratch of `update`: the members that fill a block at this tick.
     pub(super) fills: Vec<Entry>,
     /// Scratch of sealing a batch: the prefill items (and their slots and sampling ids),
@@ -106,7 +104,6 @@ impl ServingScheduler {
             running: Vec::new(),
             prefilling: Vec::new(),
             group: Group::default(),
-            decode_blocks: Vec::new(),
             fills: Vec::new(),
             tail_items: Vec::new(),
             tail_slots: Vec::new(),

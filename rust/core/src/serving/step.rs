@@ -113,7 +113,7 @@ impl ServingScheduler {
             prefills: 0,
             decodes_counted: false,
         };
-        self.plan_decodes(&mut room);
+        self.plan_decodes(&mut room, lean);
         if !self.prefilling.is_empty() {
             self.plan_started_prefills(&mut room);
         }
@@ -238,8 +238,7 @@ impl ServingScheduler {
     /// full), preempting the worst-ranked running requests for that block if needed. The
     /// decodes are the decode group's members: only those whose last block is full are
     /// visited, in rank order; the others' tokens are counted.
-    fn plan_decodes(&mut self, room: &mut Room) {
-        self.decode_blocks.clear();
+    fn plan_decodes(&mut self, room: &mut Room, lean: bool) {
         let mut needs = std::mem::take(&mut self.group.needs_block);
         needs.sort_unstable();
         for &(rank, slot) in &needs {
@@ -254,7 +253,9 @@ impl ServingScheduler {
             {
                 request.table.push(block);
                 self.deficit -= 1;
-                self.decode_blocks.push((rank, slot, block));
+                if !lean {
+                    request.new_block = Some(block); // for its item, listed at sealing
+                }
             }
         }
         needs.clear();
@@ -400,6 +401,7 @@ impl ServingScheduler {
         let Some(request) = self.requests.at_mut(slot) else {
             return;
         };
+        request.new_block = None; // released below with its table
         if request.in_group() {
             self.group.leave(request);
             if room.decodes_counted {
@@ -501,18 +503,15 @@ impl ServingScheduler {
         std::mem::swap(&mut self.item_slots, &mut self.tail_slots);
         std::mem::swap(&mut self.batch.sampling_ids, &mut self.tail_ids);
         let clock = self.group.clock;
-        let mut blocks = self.decode_blocks.iter().peekable();
-        for &(rank, slot) in &self.running {
-            let Some(request) = self.requests.at(slot) else {
+        for &(_, slot) in &self.running {
+            let Some(request) = self.requests.at_mut(slot) else {
                 continue;
             };
             if !request.in_group() {
                 continue;
             }
-            // A member given a block may have been preempted since: skip its entry.
-            while blocks.next_if(|&&(r, _, _)| r < rank).is_some() {}
-            let new_blocks = match blocks.next_if(|&&(r, _, _)| r == rank) {
-                Some(&(_, _, block)) => {
+            let new_blocks = match request.new_block.take() {
+                Some(block) => {
                     let mut ids = self.spare.pop().unwrap_or_default();
                     ids.push(block);
                     ids
