@@ -428,9 +428,9 @@ class RunSpec:
         warmup = real("warmup", cut[0], 0.0, 0.5, high_open=True)
         drain = real("drain", cut[1], 0.0, 0.5, high_open=True)
         slo = {k: v for k, v in limits if v is not None}
-        assert memory is None or isinstance(memory, KVMemory)
-        return cls(blocks, memory, util, backend, threshold, slo, steps, replicas, router,
-                   (warmup, drain))  # fmt: skip
+        mem = memory if isinstance(memory, KVMemory) else None  # kind() refused the rest
+        cut_at = (warmup, drain)
+        return cls(blocks, mem, util, backend, threshold, slo, steps, replicas, router, cut_at)
 
 
 def _checked_options(

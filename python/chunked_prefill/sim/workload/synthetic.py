@@ -255,21 +255,20 @@ def default_workload(
     if kind_text != "chat":
         parts.append(kind_text)
     if prefix_tokens or turns > 1:
-        shared = _shared_workload(
+        columns = _shared_workload(
             requests, rate, seed, prompt, output, arrivals, prefix_tokens, prefix_groups, turns
         )
-        if prefix_tokens:
-            parts.append(f"{prefix_tokens}-token prefix x {prefix_groups} group(s)")
-        if turns > 1:
-            parts.append(f"{turns} turns")
-        workload = Workload(**shared, source=f"synthetic chat workload ({', '.join(parts)})")
-        return workload.scaled(prompt_scale, output_scale)
-    workload = Workload(
-        arrival_s=tuple(float(a) for a in arrivals.tolist()),
-        prompt_tokens=tuple(int(p) for p in prompt.tolist()),
-        output_tokens=tuple(int(o) for o in output.tolist()),
-        source=f"synthetic chat workload ({', '.join(parts)})",
-    )
+    else:
+        columns = {
+            "arrival_s": tuple(float(a) for a in arrivals.tolist()),
+            "prompt_tokens": tuple(int(p) for p in prompt.tolist()),
+            "output_tokens": tuple(int(o) for o in output.tolist()),
+        }
+    if prefix_tokens:
+        parts.append(f"{prefix_tokens}-token prefix x {prefix_groups} group(s)")
+    if turns > 1:
+        parts.append(f"{turns} turns")
+    workload = Workload(**columns, source=f"synthetic chat workload ({', '.join(parts)})")
     return workload.scaled(prompt_scale, output_scale)
 
 
