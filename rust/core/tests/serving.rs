@@ -966,3 +966,26 @@ fn a_huge_prompt_in_a_huge_pool_is_planned_a_chunk_at_a_time() {
     step(&mut s, &[(1, 8, 8, vec![2, 3])]);
     assert_eq!(s.block_table(1).unwrap(), [0, 1, 2, 3]);
 }
+
+/// A prompt one token short of a block of 2**64 - 1 tokens: its first decode fills the block, and
+/// the decode group arms the next fill 2**64 - 1 ticks on, past the end of its clock
+/// (saturating, never reached) instead of overflowing it; it decodes to its finish.
+#[test]
+fn a_fill_of_a_huge_block_arms_the_next_past_the_clock() {
+    let huge = usize::MAX;
+    let mut s = sched(ServingConfig {
+        block_size: huge,
+        token_budget: huge,
+        chunk_size: huge,
+        ..config(4)
+    });
+    add(&mut s, 1, Prompt::Length(huge as u64 - 1), 5);
+    let mut finished = Vec::new();
+    for _ in 0..5 {
+        let batch = s.schedule().unwrap().clone();
+        finished.extend_from_slice(s.update(&batch, TokenIds::None, &[]).unwrap());
+        s.check_invariants().unwrap();
+    }
+    assert_eq!(finished, [1]);
+    assert_eq!(s.num_free_blocks(), 4);
+}

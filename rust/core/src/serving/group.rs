@@ -157,7 +157,7 @@ impl Group {
                 return live; // stale, or due at a later turn of the wheel
             }
             out.push((fill.rank, fill.slot));
-            fill.due += period;
+            fill.due = fill.due.saturating_add(period); // a block this large never fills again
             let stays = (fill.due % buckets as u64) as usize == at;
             if !stays {
                 moved.push(*fill);
