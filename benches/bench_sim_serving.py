@@ -1,7 +1,9 @@
 """The memory-true simulator's speed: the Rust loop against the pure reference loop.
 
 Run ``python -m pytest benches/bench_sim_serving.py --benchmark-only`` for the two loops side
-by side (``extra_info["requests_per_s"]`` is the figure to quote), or
+by side (``extra_info["requests_per_s"]`` is the figure to quote; ``test_serving_loop_at_scale``
+runs the Rust loop at issue 25's 100 000 requests and the pure one at 1 000: compare their
+requests/s, not their times), or
 ``python benches/bench_sim_serving.py [REQUESTS]`` for one line per loop with simulated
 requests per second and the ratio (the pure loop runs a tenth of the requests, at most
 2 000, and its rate is scaled up). The memory of a long run is measured by
@@ -32,6 +34,25 @@ def test_serving_loop_requests_per_second(benchmark: BenchmarkFixture, loop: str
     assert result.requests == REQUESTS
     if benchmark.stats is not None:  # None under --benchmark-disable
         benchmark.extra_info["requests_per_s"] = REQUESTS / benchmark.stats.stats.mean
+    benchmark.extra_info["steps"] = result.steps
+
+
+# Issue 25's size on the Rust loop; the pure loop, about 100x slower, a hundredth of it.
+AT_SCALE = {"rust": 100_000, "pure": 1_000}
+
+
+@pytest.mark.parametrize("loop", ["rust", "pure"])
+def test_serving_loop_at_scale(benchmark: BenchmarkFixture, loop: str) -> None:
+    """The Rust loop at issue 25's 100 000 requests, the pure loop at 1 000: requests/s."""
+    pytest.importorskip("chunked_prefill._core")
+    requests = AT_SCALE[loop]
+    workload = default_workload(requests, rate=6.0, seed=0)
+    benchmark.group = "serving sim at scale (rust 100 000, pure 1 000 requests)"
+    (result,) = benchmark(simulate_serving, workload, CONFIG, backend=loop)
+    assert result.requests == requests
+    if benchmark.stats is not None:  # None under --benchmark-disable
+        benchmark.extra_info["requests_per_s"] = requests / benchmark.stats.stats.median
+    benchmark.extra_info["requests"] = requests
     benchmark.extra_info["steps"] = result.steps
 
 

@@ -1,15 +1,18 @@
 """Reading a 100 000-row trace: the Rust reader against the Python reader, in one run.
 
 Run ``python -m pytest benches/bench_trace.py --benchmark-only`` for both readers side by
-side, per format (the trace is ``scripts/make_trace.py``'s: the form of
-``examples/trace.csv``, 100 000 rows), or ``python benches/bench_trace.py [ROWS]`` for one
-line per format with both times and the ratio. ``load_trace`` runs in full either way
+side, per format, or ``python benches/bench_trace.py [ROWS]`` for one line per format with
+both times and the ratio. The trace is the one ``scripts/compare_revision.py --trace`` times
+``simulate --trace`` on (the columns of ``examples/trace.csv``, 100 000 rows), and the same
+rows as JSON Lines. ``load_trace`` runs in full either way
 (reading the file, building the ``Workload``); the Python reader is ``load_trace`` with the
 core's reader switched off, as it was before it.
 """
 
 from __future__ import annotations
 
+import csv
+import json
 import sys
 import tempfile
 import time
@@ -24,9 +27,19 @@ from chunked_prefill.sim import Workload, load_trace
 from chunked_prefill.sim import workload as workload_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from make_trace import write_trace
+from compare_revision import write_trace
 
 ROWS = 100_000
+
+
+def write(path: Path, rows: int) -> None:
+    """The generated trace at ``path``: CSV, or the same rows as JSON Lines."""
+    write_trace(path.with_suffix(".csv"), rows)
+    if path.suffix == ".jsonl":
+        with open(path.with_suffix(".csv"), newline="") as f, open(path, "w") as out:
+            for row in csv.DictReader(f):
+                record = {k: v if k == "prefix_id" else json.loads(v) for k, v in row.items() if v}
+                out.write(json.dumps(record) + "\n")
 
 
 @pytest.fixture(scope="module", params=["csv", "jsonl"])
@@ -34,7 +47,7 @@ def trace(request: pytest.FixtureRequest) -> Iterator[Path]:
     """A generated trace of ROWS rows in one format."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"trace.{request.param}"
-        write_trace(str(path), ROWS)
+        write(path, ROWS)
         yield path
 
 
@@ -66,7 +79,7 @@ def main(argv: list[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for fmt in ("csv", "jsonl"):
             path = Path(tmp) / f"trace.{fmt}"
-            write_trace(str(path), rows)
+            write(path, rows)
             best = {}
             for name in ("rust", "python"):
                 read = reader(name)

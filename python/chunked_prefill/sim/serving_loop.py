@@ -132,6 +132,8 @@ class _Replica:
         self.flight: tuple[Any, float, float, int] | None = None
         self.load = 0
         self.held = 0
+        # When its last step ended: a decode whose last token came then has that gap.
+        self.last_end: float | None = None
 
 
 class _Fleet:
@@ -257,16 +259,33 @@ class _Fleet:
                 rep.load -= min(now, prompt[i]) - min(self.computed[i], prompt[i])
                 self.computed[i] = now
         sampled = []
-        for i in batch.sampling_ids:
-            if plan.known:
+        if plan.known:
+            for i in batch.sampling_ids:
                 sampled.append(plan.token(i, prompt[i] + self.emitted[i], prompt[i]))
-            if self.emitted[i] == 0:
+        # The gaps of the step's decodes that sampled in the replica's step before (all the
+        # same) come first as one run, then the other tokens in item order (the Rust loop
+        # records them in this order without visiting each decode).
+        run = [
+            item.request_id
+            for item in batch.items
+            if not item.is_prefill and self.last[item.request_id] == rep.last_end
+        ]
+        if run:
+            gap = end - rep.last_end
+            _gaps(rec, gap, len(run))
+        in_run = set(run)
+        for i in batch.sampling_ids:
+            if i in in_run:
+                if gap > rec["max_gap"][i]:
+                    rec["max_gap"][i] = gap
+            elif self.emitted[i] == 0:
                 rec["first_token"][i] = end
             else:
                 _gap(rec, i, end - self.last[i])
             self.last[i] = end
             self.emitted[i] += 1
             rep.load -= 1
+        rep.last_end = end
         for i in rep.sched.update(batch, token_ids=sampled if sampled else None):
             rec["finish"][i] = end
             self.done += 1
@@ -276,14 +295,18 @@ class _Fleet:
 
 
 def _gap(rec: dict[str, Any], r: int, gap: float) -> None:
-    values, weights = rec["gap_values"], rec["gap_weights"]
-    if values and values[-1] == gap:
-        weights[-1] += 1
-    else:
-        values.append(gap)
-        weights.append(1)
+    _gaps(rec, gap, 1)
     if gap > rec["max_gap"][r]:
         rec["max_gap"][r] = gap
+
+
+def _gaps(rec: dict[str, Any], gap: float, count: int) -> None:
+    values, weights = rec["gap_values"], rec["gap_weights"]
+    if values and values[-1] == gap:
+        weights[-1] += count
+    else:
+        values.append(gap)
+        weights.append(count)
 
 
 def _kv(rec: dict[str, Any], used: int, fleet_used: int, duration: float, end: float) -> None:

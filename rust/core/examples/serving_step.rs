@@ -2,8 +2,9 @@
 //! profilers (`valgrind --tool=callgrind`, `perf`): 256 decoding requests, 1 000 waiting
 //! 2 000-token prompts sharing a 1 000-token prefix, prefix caching on.
 //!
-//! `cargo run --release --example serving_step -- [rounds]`: runs `rounds` rounds of 20 steps,
-//! each from a copy of the same prepared scheduler, and prints the mean time per step.
+//! `cargo run --release --example serving_step -- [rounds] [decodes]`: runs `rounds` rounds of
+//! 20 steps, each from a copy of the same prepared scheduler with `decodes` decoding requests
+//! (256 by default), and prints the mean time per step.
 
 use std::time::Instant;
 
@@ -22,28 +23,28 @@ fn step(scheduler: &mut ServingScheduler, tokens: &mut Vec<u32>) -> Result<(), S
     Ok(())
 }
 
-fn prepared() -> Result<ServingScheduler, String> {
+fn prepared(decodes: u64) -> Result<ServingScheduler, String> {
     let config = ServingConfig {
-        num_blocks: 16384,
-        token_budget: 2048,
+        num_blocks: 65536,
+        token_budget: 2048.max(decodes as usize + 512),
         chunk_size: 512,
-        max_running: 512,
-        ..ServingConfig::new(16384)
+        max_running: 512.max(decodes as usize),
+        ..ServingConfig::new(65536)
     };
     let mut scheduler = ServingScheduler::new(config).map_err(|e| e.to_string())?;
-    for i in 0..256u64 {
+    for i in 0..decodes {
         let prompt = Prompt::Tokens(vec![(i % 7) as u32; 32]);
         (scheduler.add_request(i, prompt, 10_000, 0, 0)).map_err(|e| e.to_string())?;
     }
     let mut tokens = Vec::new();
-    while (0..256u64).any(|i| scheduler.request(i).is_ok_and(|r| r.num_computed < 32)) {
+    while (0..decodes).any(|i| scheduler.request(i).is_ok_and(|r| r.num_computed < 32)) {
         step(&mut scheduler, &mut tokens)?;
     }
     let prefix: Vec<u32> = (1000..2000).collect();
     for i in 0..1000u32 {
         let mut prompt = prefix.clone();
         prompt.extend(std::iter::repeat_n(i, 1000));
-        let id = 1000 + u64::from(i);
+        let id = 100_000 + u64::from(i);
         (scheduler.add_request(id, Prompt::Tokens(prompt), 64, 0, 0)).map_err(|e| e.to_string())?;
     }
     Ok(scheduler)
@@ -54,7 +55,11 @@ fn main() -> Result<(), String> {
         Some(arg) => arg.parse().map_err(|_| format!("not a count: {arg}"))?,
         None => 50,
     };
-    let prepared = prepared()?;
+    let decodes: u64 = match std::env::args().nth(2) {
+        Some(arg) => arg.parse().map_err(|_| format!("not a count: {arg}"))?,
+        None => 256,
+    };
+    let prepared = prepared(decodes)?;
     let mut tokens = Vec::new();
     let mut best = f64::INFINITY;
     for _ in 0..rounds {

@@ -8,6 +8,8 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+
+use hashlink::DefaultHashBuilder;
 use std::sync::Arc;
 
 use chunked_prefill::serving::Batch;
@@ -129,12 +131,17 @@ fn lost(core: u64) -> PyErr {
     ))
 }
 
-/// The ids the core knows, both ways, and the next core id to hand out.
+/// The ids the core knows, both ways. Core ids are indices into `from_core`, reused once
+/// released (the core ranks by `(priority, order of add_request)`, never by id): a step
+/// finds an item's caller id by indexing, and the table stays as long as the most requests
+/// ever tracked at once.
 #[derive(Clone, Default)]
 pub(crate) struct Ids {
-    to_core: HashMap<Id, u64>,
-    from_core: HashMap<u64, Id>,
-    next: u64,
+    // foldhash, not SipHash: no caller picks these keys against the table.
+    to_core: HashMap<Id, u64, DefaultHashBuilder>,
+    from_core: Vec<Option<Id>>,
+    /// Released core ids, the next one to hand out last.
+    free: Vec<u64>,
 }
 
 impl Ids {
@@ -145,13 +152,19 @@ impl Ids {
 
     /// The caller's id of a core id the core reported.
     pub(crate) fn id(&self, core: u64) -> Option<&Id> {
-        self.from_core.get(&core)
+        let at = usize::try_from(core).ok()?;
+        self.from_core.get(at)?.as_ref()
+    }
+
+    /// The core id `intern` gives the next id (no live request has it).
+    fn next(&self) -> u64 {
+        (self.free.last().copied()).unwrap_or(self.from_core.len() as u64)
     }
 
     /// The core id of `id`, or the one it would get (not yet taken: the core knows no such
     /// id, so it reports the id unknown, or `intern` takes it once the core accepts it).
     pub(crate) fn core_or_next(&self, id: &Id) -> u64 {
-        self.core(id).unwrap_or(self.next)
+        self.core(id).unwrap_or_else(|| self.next())
     }
 
     /// The caller's ids of every core id in `cores`, or the error for a core id not known.
@@ -176,20 +189,25 @@ impl Ids {
         self.to_core.len()
     }
 
-    /// Record `id` under `core` (from `core_or_next`, just accepted by the core).
+    /// Record `id` under `core` (from `core_or_next`, just accepted by the core, or a
+    /// restored request's index).
     pub(crate) fn intern(&mut self, id: Id, core: u64) {
-        if core == self.next {
-            // 2**64 requests are out of reach; wrapping keeps even that from panicking.
-            self.next = self.next.wrapping_add(1);
+        if self.free.last() == Some(&core) {
+            self.free.pop();
         }
-        self.from_core.insert(core, id.clone());
+        let at = usize::try_from(core).unwrap_or(usize::MAX);
+        if at >= self.from_core.len() {
+            self.from_core.resize(at + 1, None);
+        }
+        self.from_core[at] = Some(id.clone());
         self.to_core.insert(id, core);
     }
 
     /// Forget a core id the core has forgotten; its caller's id, to drop without the lock.
     pub(crate) fn release(&mut self, core: u64) -> Option<Id> {
-        let id = self.from_core.remove(&core)?;
+        let id = self.from_core.get_mut(usize::try_from(core).ok()?)?.take()?;
         self.to_core.remove(&id);
+        self.free.push(core);
         Some(id)
     }
 
@@ -202,7 +220,7 @@ impl Ids {
             .iter()
             .map(|id| {
                 self.core(id).unwrap_or_else(|| {
-                    let next = self.next + temporary.len() as u64;
+                    let next = self.from_core.len() as u64 + temporary.len() as u64;
                     let core = *temporary.entry(id.clone()).or_insert(next);
                     names.insert(core, id.clone());
                     core

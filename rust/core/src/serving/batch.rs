@@ -22,6 +22,10 @@ pub struct BatchItem {
 
 /// The plan of one step. `Eq`/`Hash` follow `(step_index, items, preempted,
 /// num_free_blocks)`, of which the other fields are functions.
+///
+/// A *lean* batch ([`ServingScheduler::schedule_lean`](super::ServingScheduler::schedule_lean))
+/// lists its prefill items only: its decodes are counted (`num_decode_tokens`,
+/// `decode_context_tokens`) but not listed, and its `sampling_ids` are its prefill items'.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Batch {
     pub(crate) step_index: u128,
@@ -31,6 +35,10 @@ pub struct Batch {
     pub(crate) num_prefill_tokens: usize,
     pub(crate) num_decode_tokens: usize,
     pub(crate) num_free_blocks: usize,
+    /// The decode items' `start + 1` (their context), summed.
+    pub(crate) decode_context_tokens: u128,
+    /// Its decodes are counted, not listed.
+    pub(crate) lean: bool,
 }
 
 impl Batch {
@@ -74,16 +82,18 @@ impl Batch {
         let sum = if item.is_prefill {
             &mut self.num_prefill_tokens
         } else {
+            let context = item.start.saturating_add(item.tokens as u128);
+            self.decode_context_tokens = self.decode_context_tokens.saturating_add(context);
             &mut self.num_decode_tokens
         };
         *sum = sum.saturating_add(item.tokens);
         self.items.push(item);
     }
 
-    /// [`push`](Self::push) for a decode that takes no block (most items of a step): one
-    /// token, sampled.
+    /// [`push`](Self::push) for a decode (most items of a step): one token, sampled, and the
+    /// block it takes if its last one is full. Its context is counted by the caller.
     #[inline]
-    pub(crate) fn push_decode(&mut self, request_id: u64, start: u128) {
+    pub(crate) fn push_decode(&mut self, request_id: u64, start: u128, new_blocks: Vec<usize>) {
         self.sampling_ids.push(request_id);
         // Counts items, which a vector's length bounds: no saturation needed.
         self.num_decode_tokens += 1;
@@ -93,9 +103,18 @@ impl Batch {
             tokens: 1,
             is_prefill: false,
             samples: true,
-            new_blocks: Vec::new(),
+            new_blocks,
             cached_tokens: 0,
         });
+    }
+
+    /// The decode items at the front of `items` (none in a lean batch).
+    pub(crate) fn decode_items(&self) -> usize {
+        if self.lean {
+            0
+        } else {
+            self.num_decode_tokens
+        }
     }
 
     /// Empty the items and the fields that follow from them, keeping their buffers.
@@ -104,6 +123,8 @@ impl Batch {
         self.sampling_ids.clear();
         self.num_prefill_tokens = 0;
         self.num_decode_tokens = 0;
+        self.decode_context_tokens = 0;
+        self.lean = false;
     }
 
     /// The step this batch plans (0 for the first `schedule()`).
@@ -136,10 +157,23 @@ impl Batch {
         self.num_prefill_tokens
     }
 
-    /// Tokens of decode items (pass 1).
+    /// Tokens of decode items (pass 1): one per decode, listed or not.
     #[must_use]
     pub fn num_decode_tokens(&self) -> usize {
         self.num_decode_tokens
+    }
+
+    /// The decodes' contexts (prompt and generated tokens, the one computed included),
+    /// summed: what a step-time model reads of them.
+    #[must_use]
+    pub fn decode_context_tokens(&self) -> u128 {
+        self.decode_context_tokens
+    }
+
+    /// Whether its decodes are counted rather than listed (see the type's docs).
+    #[must_use]
+    pub fn is_lean(&self) -> bool {
+        self.lean
     }
 
     /// Free blocks after this step's allocation.
@@ -148,7 +182,7 @@ impl Batch {
         self.num_free_blocks
     }
 
-    /// Number of items.
+    /// Number of items (listed ones: a lean batch's decodes are not).
     #[must_use]
     pub fn len(&self) -> usize {
         self.items.len()
@@ -157,7 +191,7 @@ impl Batch {
     /// Whether the step computes nothing (it still awaits its `update`).
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.items.is_empty() && self.num_decode_tokens == 0
     }
 
     /// The request ids of the items, in item order.

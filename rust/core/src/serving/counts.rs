@@ -32,17 +32,6 @@ pub(super) fn full_blocks(tokens: u128, block_size: usize) -> usize {
     }
 }
 
-/// Whether `tokens` fill whole blocks (`tokens % block_size == 0`): for a power-of-two
-/// block size the low bits of the count, no 128-bit division.
-pub(super) fn ends_block(tokens: u128, block_size: usize) -> bool {
-    if block_size != 0 && block_size & (block_size - 1) == 0 {
-        // Truncating keeps the bits below `block_size`.
-        tokens as usize & (block_size - 1) == 0
-    } else {
-        tokens % block_size as u128 == 0
-    }
-}
-
 /// The tokens `blocks` full blocks hold (in u128: a count of huge blocks can pass `usize`).
 pub(super) fn tokens_in(blocks: usize, block_size: usize) -> u128 {
     blocks as u128 * block_size as u128

@@ -2,6 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::batch::Batch;
 use super::counts::{blocks_for, shortfall};
 use super::request::{Request, RequestState};
 use super::scheduler::{Entry, ServingScheduler};
@@ -24,12 +25,17 @@ impl ServingScheduler {
                 planned.insert(item.request_id, item.tokens);
             }
         }
+        let lean = pending.is_some_and(Batch::is_lean);
         let mut running = 0;
         for request in self.requests.values() {
-            let tokens = planned.get(&request.id).copied().unwrap_or(0) as u128;
-            self.check_request(request, tokens, &mut owners)?;
+            let settled = request.settled(self.group.clock);
+            // A lean batch's decodes are its group's members, one token each.
+            let listed = planned.get(&request.id).copied();
+            let tokens = listed.unwrap_or(usize::from(lean && request.in_group())) as u128;
+            self.check_request(&settled, tokens, &mut owners)?;
             running += usize::from(request.state == RequestState::Running);
         }
+        self.check_group()?;
         if running != self.running.len() || self.running.len() > self.config.max_running {
             return Err("running list and running requests disagree".into());
         }
@@ -43,7 +49,7 @@ impl ServingScheduler {
         }
         let deficit: usize = (self.requests.values())
             .filter(|request| request.state == RequestState::Running)
-            .map(|request| shortfall(request, block_size))
+            .map(|request| shortfall(&request.settled(self.group.clock), block_size))
             .sum();
         if deficit != self.deficit {
             return Err(format!(
@@ -61,6 +67,49 @@ impl ServingScheduler {
             }
         }
         self.pool.check(&owners)
+    }
+
+    /// The decode group holds exactly the running requests with one token left, its count and
+    /// token sum agree, and the prefills are the other running requests, in rank order.
+    fn check_group(&self) -> Result<(), String> {
+        let clock = self.group.clock;
+        let (mut members, mut tokens) = (0, 0);
+        let mut prefilling = Vec::new();
+        for &(rank, slot) in &self.running {
+            let Some(request) = self.requests.at(slot) else {
+                return Err("a running entry's slot is empty".into());
+            };
+            if request.in_group() {
+                if request.left() != 1 {
+                    return Err(format!(
+                        "decode group member {} has {} tokens left",
+                        request.id,
+                        request.left()
+                    ));
+                }
+                members += 1;
+                tokens += request.tokens_at(clock);
+            } else {
+                prefilling.push((rank, slot));
+            }
+        }
+        if self
+            .requests
+            .values()
+            .any(|r| r.in_group() && r.state != RequestState::Running)
+        {
+            return Err("a waiting request is in the decode group".into());
+        }
+        if members != self.group.members || tokens != self.group.tokens {
+            return Err(format!(
+                "decode group counts {} members and {} tokens, not {members} and {tokens}",
+                self.group.members, self.group.tokens
+            ));
+        }
+        if prefilling != self.prefilling {
+            return Err("the prefilling list is not the running requests outside the group".into());
+        }
+        Ok(())
     }
 
     /// The invariants of one tracked request, with `tokens` planned for it in the pending

@@ -26,6 +26,7 @@ mod block_pool;
 mod config;
 mod content_tree;
 mod counts;
+mod group;
 mod hash;
 mod invariants;
 mod prefix_query;

@@ -96,8 +96,17 @@ pub(crate) struct Request {
     pub(crate) num_preemptions: u128,
     pub(crate) num_cached_tokens: u128,
     pub(crate) state: RequestState,
-    /// Its item's index in the batch being planned, or `Some` while that batch is pending.
+    /// Its item's index in the batch being planned, or `Some` while that batch is pending
+    /// (prefill items only: a member of the decode group has no index).
     pub(crate) item: Option<usize>,
+    /// `Some(clock)` while it is a member of the decode group (see `group.rs`): its counts
+    /// are as of that value of the group clock, and advance with it.
+    group: Option<u64>,
+    /// Times it joined the decode group: tells its current membership's events from those
+    /// of an earlier one.
+    pub(crate) joins: u32,
+    /// The block pass 1 gave it in the step being planned, until its decode item is listed.
+    pub(crate) new_block: Option<usize>,
 }
 
 /// The room a request's first known sampled token reserves for those that follow.
@@ -155,7 +164,65 @@ impl Request {
             num_cached_tokens: 0,
             state: RequestState::Waiting,
             item: None,
+            group: None,
+            joins: 0,
+            new_block: None,
         }
+    }
+
+    /// Whether it is a member of the decode group.
+    #[inline]
+    pub(crate) fn in_group(&self) -> bool {
+        self.group.is_some()
+    }
+
+    /// Join the decode group at group clock `clock`: from now on its counts advance with it.
+    pub(crate) fn join_group(&mut self, clock: u64) {
+        self.group = Some(clock);
+        self.joins = self.joins.wrapping_add(1);
+    }
+
+    /// Bring its counts up to group clock `clock` (a member decodes one token per tick).
+    #[inline]
+    pub(crate) fn settle(&mut self, clock: u64) {
+        if let Some(base) = self.group {
+            let ticks = clock - base;
+            self.num_computed += u128::from(ticks);
+            self.num_tokens += u128::from(ticks);
+            self.num_generated += ticks as usize;
+            self.group = Some(clock);
+        }
+    }
+
+    /// Settle it at `clock` and leave the decode group.
+    pub(crate) fn leave_group(&mut self, clock: u64) {
+        self.settle(clock);
+        self.group = None;
+    }
+
+    /// Ticks of the group clock its stored counts lag behind `clock`.
+    #[inline]
+    fn lag(&self, clock: u64) -> u64 {
+        self.group.map_or(0, |base| clock - base)
+    }
+
+    /// `num_computed` at group clock `clock`.
+    #[inline]
+    pub(crate) fn computed_at(&self, clock: u64) -> u128 {
+        self.num_computed + u128::from(self.lag(clock))
+    }
+
+    /// `num_tokens` at group clock `clock`.
+    #[inline]
+    pub(crate) fn tokens_at(&self, clock: u64) -> u128 {
+        self.num_tokens + u128::from(self.lag(clock))
+    }
+
+    /// A copy brought up to group clock `clock` (for the read-only exports and checks).
+    pub(crate) fn settled(&self, clock: u64) -> Self {
+        let mut copy = self.clone();
+        copy.settle(clock);
+        copy
     }
 
     /// `(priority, seq, id)`: lower is served first and preempted last.
@@ -193,12 +260,26 @@ impl Request {
         self.num_tokens += 1;
     }
 
-    /// Store the known token sampled next (out of line: a run that gives no ids never
-    /// comes here, and its decode loop stays small).
-    fn store_token(&mut self, token: u32) {
+    /// Store the known token sampled next (its position is `num_generated`, which the
+    /// caller then counts: `push_token`, or the decode group's clock).
+    #[inline]
+    pub(crate) fn store_token(&mut self, token: u32) {
         if self.known_generated == self.num_generated {
             self.known_generated += 1;
         }
+        // The usual case: every earlier token stored, room left.
+        if self.generated.len() == self.num_generated
+            && self.generated.len() < self.generated.capacity()
+        {
+            self.generated.push(Some(token));
+            return;
+        }
+        self.store_token_slow(token);
+    }
+
+    /// [`store_token`](Self::store_token) after unknown tokens, or at a full vector.
+    #[inline(never)]
+    fn store_token_slow(&mut self, token: u32) {
         if self.generated.capacity() == 0 {
             // Room for a typical answer at once, not four reallocations on the way.
             let expected = self.max_new_tokens.min(FIRST_GENERATED_ROOM) as usize;
@@ -207,6 +288,13 @@ impl Request {
         }
         self.generated.resize(self.num_generated, None);
         self.generated.push(Some(token));
+    }
+
+    /// Whether any of its tokens are known (a prompt of ids): else no block of it is ever
+    /// hashed.
+    #[inline]
+    pub(crate) fn has_known_tokens(&self) -> bool {
+        matches!(self.prompt, PromptIds::Known(_))
     }
 
     /// Blocks whose tokens (and all before) are known: the most its chain can hold now.
@@ -240,14 +328,27 @@ impl Request {
             let node = match self.prompt_block(i, block_size) {
                 Some(block) => pool.intern(parent, self.cache_salt, block),
                 None => {
-                    ids.clear();
-                    ids.extend(self.known_tokens(i * block_size, block_size));
+                    self.block_ids_into(i, block_size, ids);
                     pool.intern(parent, self.cache_salt, ids)
                 }
             };
             self.nodes.push(node);
         }
         self.nodes.len().min(blocks)
+    }
+
+    /// The ids of block `block`, which are all known, into `ids`.
+    fn block_ids_into(&self, block: usize, block_size: usize, ids: &mut Vec<u32>) {
+        ids.clear();
+        let start = block * block_size;
+        let prompt = self.prompt_ids().len();
+        // A block of generated tokens alone (every block a decode fills): a slice of them.
+        let generated = (start.checked_sub(prompt))
+            .and_then(|from| self.generated.get(from..from.checked_add(block_size)?));
+        match generated {
+            Some(tokens) => ids.extend(tokens.iter().flatten()),
+            None => ids.extend(self.known_tokens(start, block_size)),
+        }
     }
 
     /// The known ids of block `block` (all of them for a block its chain reached).
@@ -303,13 +404,14 @@ impl Request {
         );
     }
 
-    pub(crate) fn view(&self) -> RequestView {
+    /// Its snapshot at group clock `clock`.
+    pub(crate) fn view(&self, clock: u64) -> RequestView {
         RequestView {
             request_id: self.id,
             state: self.state,
-            num_tokens: self.num_tokens(),
-            num_computed: self.num_computed,
-            num_generated: self.num_generated(),
+            num_tokens: self.tokens_at(clock),
+            num_computed: self.computed_at(clock),
+            num_generated: self.num_generated() + self.lag(clock),
             max_new_tokens: self.max_new_tokens,
             priority: self.priority,
             num_preemptions: self.num_preemptions,

@@ -9,10 +9,11 @@ use std::sync::Arc;
 
 use hashlink::DefaultHashBuilder;
 
-use super::batch::Batch;
+use super::batch::{Batch, BatchItem};
 use super::block_pool::BlockPool;
 use super::config::ServingConfig;
 use super::counts::shortfall;
+use super::group::Group;
 use super::request::{Prompt, PromptIds, Request, RequestState, RequestView};
 use super::slab::Slab;
 use crate::CoreError;
@@ -37,6 +38,18 @@ pub struct ServingScheduler {
     pub(super) requests: Slab,
     /// Running requests sorted by rank, with their slots.
     pub(super) running: Vec<Entry>,
+    /// The running requests that are not members of the decode group (prefills), sorted by
+    /// rank: pass 2 walks these, not the decodes.
+    pub(super) prefilling: Vec<Entry>,
+    /// The decodes (see `group.rs`).
+    pub(super) group: Group,
+    /// Scratch of `update`: the members that fill a block at this tick.
+    pub(super) fills: Vec<Entry>,
+    /// Scratch of sealing a batch: the prefill items (and their slots and sampling ids),
+    /// which move behind the decode items.
+    pub(super) tail_items: Vec<BatchItem>,
+    pub(super) tail_slots: Vec<usize>,
+    pub(super) tail_ids: Vec<u64>,
     /// Waiting requests; an entry is live while its slot holds its id, waiting, with that seq.
     pub(super) waiting: BinaryHeap<Reverse<Entry>>,
     pub(super) num_waiting: usize,
@@ -89,6 +102,12 @@ impl ServingScheduler {
             config,
             requests: Slab::default(),
             running: Vec::new(),
+            prefilling: Vec::new(),
+            group: Group::default(),
+            fills: Vec::new(),
+            tail_items: Vec::new(),
+            tail_slots: Vec::new(),
+            tail_ids: Vec::new(),
             waiting: BinaryHeap::new(),
             num_waiting: 0,
             deficit: 0,
@@ -197,8 +216,10 @@ impl ServingScheduler {
     ///
     /// [`CoreError::UnknownRequest`] if the id is not tracked.
     pub fn abort(&mut self, request_id: u64) -> Result<(), CoreError> {
+        // Every member of the decode group has an item in a pending batch.
+        let member = (self.requests.get(request_id)).is_some_and(Request::in_group);
         let request = self.forget(request_id)?;
-        if self.pending && request.item.is_some() {
+        if self.pending && (request.item.is_some() || member) {
             self.aborted_pending.insert(request_id);
         }
         Ok(())
@@ -220,7 +241,15 @@ impl ServingScheduler {
     ///
     /// [`CoreError::UnknownRequest`] if the id is not tracked.
     pub fn request(&self, request_id: u64) -> Result<RequestView, CoreError> {
-        self.tracked(request_id).map(Request::view)
+        let clock = self.group.clock;
+        self.tracked(request_id).map(|request| request.view(clock))
+    }
+
+    /// A tracked request's rank, `(priority, order of add_request)`: lower is served first
+    /// (for a driver that orders what it records of some requests as the batch lists them).
+    #[must_use]
+    pub fn rank_of(&self, request_id: u64) -> Option<(i64, u64)> {
+        (self.requests.get(request_id)).map(|request| (request.priority, request.seq))
     }
 
     /// Whether the id is tracked (waiting or running).
@@ -254,8 +283,14 @@ impl ServingScheduler {
         let mut request = self.requests.remove(slot).ok_or_else(unknown)?;
         match request.state {
             RequestState::Running => {
-                if let Ok(at) = self.running.binary_search(&(request.rank(), slot)) {
+                let entry = (request.rank(), slot);
+                if let Ok(at) = self.running.binary_search(&entry) {
                     self.running.remove(at);
+                }
+                if request.in_group() {
+                    self.group.leave(&mut request);
+                } else if let Ok(at) = self.prefilling.binary_search(&entry) {
+                    self.prefilling.remove(at);
                 }
                 let short = shortfall(&request, self.config.block_size);
                 self.deficit = self.deficit.saturating_sub(short);
@@ -338,14 +373,21 @@ impl ServingScheduler {
         pool: BlockPool,
         [step_index, num_preemptions, num_cached_tokens]: [u128; 3],
     ) {
+        let block_size = self.config.block_size;
         for request in requests {
             let rank = request.rank();
-            let (state, short) = (request.state, shortfall(&request, self.config.block_size));
+            let (state, short) = (request.state, shortfall(&request, block_size));
             let slot = self.requests.insert(request);
             match state {
                 RequestState::Running => {
                     self.running.push((rank, slot));
                     self.deficit += short;
+                    match self.requests.at_mut(slot) {
+                        Some(request) if request.left() == 1 => {
+                            self.group.join(request, slot, block_size);
+                        }
+                        _ => self.prefilling.push((rank, slot)),
+                    }
                 }
                 RequestState::Waiting => {
                     self.waiting.push(Reverse((rank, slot)));
@@ -355,6 +397,7 @@ impl ServingScheduler {
             self.next_seq = rank.1.wrapping_add(1);
         }
         self.running.sort_unstable();
+        self.prefilling.sort_unstable();
         self.pool = pool;
         self.step_index = step_index;
         self.num_preemptions = num_preemptions;

@@ -83,8 +83,13 @@ impl ServingScheduler {
         }
         let mut requests: Vec<&Request> = self.requests.values().collect();
         requests.sort_unstable_by_key(|request| request.seq);
+        let clock = self.group.clock;
+        let record = |(at, request): (usize, &Request)| match request.in_group() {
+            true => request.settled(clock).record(at),
+            false => request.record(at),
+        };
         let requests = (requests.into_iter().enumerate())
-            .map(|(at, request)| request.record(at))
+            .map(record)
             .collect::<Result<_, _>>()?;
         let mut free_queue = Vec::new();
         reserve(&mut free_queue, self.pool.num_free() as u128, "free_queue")?;

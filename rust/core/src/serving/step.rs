@@ -19,6 +19,9 @@ const ORDINARY_STEP: usize = 1 << 14;
 struct Room {
     budget: usize,
     prefills: usize,
+    /// The decode group's tokens are taken from `budget` (after pass 1): a member preempted
+    /// later gives its token back.
+    decodes_counted: bool,
 }
 
 /// The longest chain of cached full blocks of `request`, leaving at least one token to
@@ -63,7 +66,21 @@ impl ServingScheduler {
     ///
     /// [`CoreError::BatchPending`] while the previous batch awaits `update`.
     pub fn schedule(&mut self) -> Result<&Batch, CoreError> {
-        self.plan_step()?;
+        self.plan_step(false)?;
+        self.pending_batch()
+            .ok_or(CoreError::BatchNotPending { got: 0 })
+    }
+
+    /// [`schedule`](Self::schedule) for a driver that reads only the shape of the decodes: the
+    /// batch lists its prefill items and counts its decodes (see [`Batch`]), so planning it
+    /// costs nothing per decode. Report it with `update`/`update_step` as any batch (aligned
+    /// `token_ids` are its prefill items', the decodes' tokens are unknown).
+    ///
+    /// # Errors
+    ///
+    /// As [`schedule`](Self::schedule).
+    pub fn schedule_lean(&mut self) -> Result<&Batch, CoreError> {
+        self.plan_step(true)?;
         self.pending_batch()
             .ok_or(CoreError::BatchNotPending { got: 0 })
     }
@@ -75,13 +92,13 @@ impl ServingScheduler {
     ///
     /// As [`schedule`](Self::schedule).
     pub fn schedule_shared(&mut self) -> Result<Arc<Batch>, CoreError> {
-        self.plan_step()?;
+        self.plan_step(false)?;
         (self.sealed.clone()).ok_or(CoreError::BatchNotPending { got: 0 })
     }
 
     /// Plan and seal the next batch, which only `self` holds then (no count to change when
-    /// `schedule` borrows it).
-    fn plan_step(&mut self) -> Result<(), CoreError> {
+    /// `schedule` borrows it); a `lean` one does not list its decodes.
+    fn plan_step(&mut self, lean: bool) -> Result<(), CoreError> {
         if self.pending {
             return Err(CoreError::BatchPending {
                 step_index: self.sealed_step(),
@@ -94,14 +111,16 @@ impl ServingScheduler {
         let mut room = Room {
             budget: self.config.token_budget,
             prefills: 0,
+            decodes_counted: false,
         };
-        if self.plan_decodes(&mut room) {
+        self.plan_decodes(&mut room, lean);
+        if !self.prefilling.is_empty() {
             self.plan_started_prefills(&mut room);
         }
         if self.batch.preempted.is_empty() {
             self.admit(&mut room);
         }
-        self.seal_batch();
+        self.seal_batch(lean);
         self.pending = true;
         // Into the `Arc` of an earlier batch when no caller holds it: no allocation per step.
         let mut sealed = self.spare_arc.take().unwrap_or_default();
@@ -151,13 +170,14 @@ impl ServingScheduler {
     fn reserve_tables(&mut self) -> Result<(), CoreError> {
         let (bs, chunk_size) = (self.config.block_size, self.config.chunk_size);
         let budget = self.config.token_budget;
+        let clock = self.group.clock;
         for &(_, slot) in &self.running {
             let Some(request) = self.requests.at_mut(slot) else {
                 continue;
             };
             let spare = request.table.capacity() - request.table.len();
             let tokens = chunk(request.left(), chunk_size, budget);
-            let need = blocks_for(request.num_computed + tokens as u128, bs)
+            let need = blocks_for(request.computed_at(clock) + tokens as u128, bs)
                 .saturating_sub(request.table.len());
             if need > spare {
                 let id = request.id;
@@ -196,7 +216,7 @@ impl ServingScheduler {
         for &(_, slot) in &self.running {
             if let Some(request) = self.requests.at(slot) {
                 let tokens = chunk(request.left(), config.chunk_size, config.token_budget);
-                let end = request.num_computed + tokens as u128;
+                let end = request.computed_at(self.group.clock) + tokens as u128;
                 let need = blocks_for(end, bs).saturating_sub(request.table.len());
                 running = running.saturating_add(need);
             }
@@ -215,37 +235,33 @@ impl ServingScheduler {
     }
 
     /// Pass 1: each decode, in rank order, gets 1 token (and a block when its last one is
-    /// full), preempting the worst-ranked running requests for that block if needed.
-    ///
-    /// Returns whether it met a running prefill (pass 2 has work): every entry left running
-    /// is visited (a break leaves none after it), so `false` is exact, and a prefill
-    /// preempted after it was met only costs pass 2 a scan.
-    fn plan_decodes(&mut self, room: &mut Room) -> bool {
-        let block_size = self.config.block_size;
-        let mut prefills = false;
-        let mut at = 0;
-        while at < self.running.len() {
-            let slot = self.running[at].1;
-            let Some(request) = self.requests.at(slot) else {
-                break;
-            };
-            at += 1;
-            // A running request has tokens left: one for a decode, more for a prefill.
-            if request.num_computed + 1 != request.num_tokens() {
-                prefills = true;
-                continue;
+    /// full), preempting the worst-ranked running requests for that block if needed. The
+    /// decodes are the decode group's members: only those whose last block is full are
+    /// visited, in rank order; the others' tokens are counted.
+    fn plan_decodes(&mut self, room: &mut Room, lean: bool) {
+        let mut needs = std::mem::take(&mut self.group.needs_block);
+        needs.sort_unstable();
+        for &(rank, slot) in &needs {
+            let member = (self.requests.at(slot)).is_some_and(|r| r.rank() == rank && r.in_group());
+            if !member {
+                continue; // left the group since: finished, aborted or preempted
             }
-            let needs = request.num_computed == tokens_in(request.table.len(), block_size);
-            if !needs {
-                self.plan_decode(slot); // the usual case: its last block has room
-            } else if self.make_room(slot, 1, room) {
-                self.plan_item(slot, 1, false, 1, &[]);
-            } else {
+            if !self.make_room(slot, 1, room) {
                 break; // it was the worst-ranked: nothing follows it
             }
-            room.budget = room.budget.saturating_sub(1);
+            if let (Some(request), Some(block)) = (self.requests.at_mut(slot), self.pool.allocate())
+            {
+                request.table.push(block);
+                self.deficit -= 1;
+                if !lean {
+                    request.new_block = Some(block); // for its item, listed at sealing
+                }
+            }
         }
-        prefills
+        needs.clear();
+        self.group.needs_block = needs;
+        room.budget = room.budget.saturating_sub(self.group.members);
+        room.decodes_counted = true;
     }
 
     /// Pass 2: each running prefill, in rank order, gets `min(left, chunk_size, budget)`
@@ -253,11 +269,11 @@ impl ServingScheduler {
     fn plan_started_prefills(&mut self, room: &mut Room) {
         let block_size = self.config.block_size;
         let mut at = 0;
-        while at < self.running.len() {
+        while at < self.prefilling.len() {
             if room.prefills == self.config.max_prefills_per_step || room.budget == 0 {
                 break;
             }
-            let slot = self.running[at].1;
+            let slot = self.prefilling[at].1;
             let Some(request) = self.requests.at(slot) else {
                 break;
             };
@@ -338,6 +354,8 @@ impl ServingScheduler {
         let entry = (request.rank(), slot);
         let at = self.running.partition_point(|other| *other < entry);
         self.running.insert(at, entry);
+        let at = self.prefilling.partition_point(|other| *other < entry);
+        self.prefilling.insert(at, entry);
 
         let tokens = chunk(request.left(), self.config.chunk_size, room.budget);
         let end = request.num_computed + tokens as u128;
@@ -383,6 +401,15 @@ impl ServingScheduler {
         let Some(request) = self.requests.at_mut(slot) else {
             return;
         };
+        request.new_block = None; // released below with its table
+        if request.in_group() {
+            self.group.leave(request);
+            if room.decodes_counted {
+                room.budget += 1; // its decode leaves the step
+            }
+        } else if self.prefilling.last() == Some(&(rank, slot)) {
+            self.prefilling.pop(); // the worst-ranked running request is the worst prefill
+        }
         let short = shortfall(request, block_size);
         self.deficit = self.deficit.saturating_sub(short);
         for &block in request.table.iter().rev() {
@@ -451,26 +478,54 @@ impl ServingScheduler {
         });
     }
 
-    /// [`plan_item`](Self::plan_item) for a decode that takes no block, most items of a
-    /// step: one token, which it samples, and no vector.
-    #[inline]
-    fn plan_decode(&mut self, slot: usize) {
-        let Some(request) = self.requests.at_mut(slot) else {
-            return;
-        };
-        request.item = Some(self.batch.items.len());
-        self.item_slots.push(slot);
-        self.batch.push_decode(request.id, request.num_computed);
-    }
-
-    /// Drop the items of preempted requests (and their slots) and fill in the batch's totals.
-    fn seal_batch(&mut self) {
+    /// Drop the items of preempted requests (and their slots), list the decodes in front
+    /// unless the batch is `lean`, and fill in the batch's totals.
+    fn seal_batch(&mut self, lean: bool) {
         // Only a preemption empties an item; the planned items are tallied as they come.
         if !self.batch.preempted.is_empty() {
             self.drop_emptied_items();
             self.batch.derive();
         }
+        if lean {
+            self.batch.lean = true;
+            self.batch.num_decode_tokens = self.group.members;
+            self.batch.decode_context_tokens = self.group.tokens;
+        } else {
+            self.list_decodes();
+        }
         self.batch.num_free_blocks = self.pool.num_free();
+    }
+
+    /// Put the decode group's items in front of the prefill items planned, in rank order,
+    /// with the blocks pass 1 gave them.
+    fn list_decodes(&mut self) {
+        std::mem::swap(&mut self.batch.items, &mut self.tail_items);
+        std::mem::swap(&mut self.item_slots, &mut self.tail_slots);
+        std::mem::swap(&mut self.batch.sampling_ids, &mut self.tail_ids);
+        let clock = self.group.clock;
+        for &(_, slot) in &self.running {
+            let Some(request) = self.requests.at_mut(slot) else {
+                continue;
+            };
+            if !request.in_group() {
+                continue;
+            }
+            let new_blocks = match request.new_block.take() {
+                Some(block) => {
+                    let mut ids = self.spare.pop().unwrap_or_default();
+                    ids.push(block);
+                    ids
+                }
+                None => Vec::new(),
+            };
+            let start = request.computed_at(clock);
+            self.batch.push_decode(request.id, start, new_blocks);
+            self.item_slots.push(slot);
+        }
+        self.batch.decode_context_tokens = self.group.tokens;
+        self.batch.items.append(&mut self.tail_items);
+        self.item_slots.append(&mut self.tail_slots);
+        self.batch.sampling_ids.append(&mut self.tail_ids);
     }
 
     /// Drop the items preemptions emptied, keeping the order of the others and their slots.

@@ -8,9 +8,10 @@ use std::collections::HashMap;
 use hashlink::DefaultHashBuilder;
 
 use super::batch::{Batch, BatchItem};
-use super::counts::{ends_block, full_blocks, shortfall};
-use super::request::Request;
-use super::scheduler::ServingScheduler;
+use super::counts::{full_blocks, shortfall};
+use super::group::Group;
+use super::request::{Request, RequestState};
+use super::scheduler::{Entry, ServingScheduler};
 use crate::CoreError;
 
 /// The sampled token ids `update` receives.
@@ -98,8 +99,18 @@ impl ServingScheduler {
         };
         let slots = std::mem::take(&mut self.item_slots);
         self.finished_out.clear();
-        let mut sampled = 0;
-        for (item, &slot) in batch.items.iter().zip(&slots) {
+        // The decodes, listed first: their tokens are stored, then the group's clock counts
+        // them all and their events (filled blocks, finishes) are applied in rank order.
+        let decodes = batch.decode_items();
+        if !matches!(token_ids, TokenIds::None) {
+            self.store_decode_tokens(&batch.items[..decodes], &slots[..decodes], token_ids);
+        }
+        self.finish_named_members(finished);
+        self.group.tick();
+        self.apply_group_events();
+        let mut sampled = decodes;
+        let block_size = self.config.block_size;
+        for (item, &slot) in batch.items[decodes..].iter().zip(&slots[decodes..]) {
             // Each item is another request's: advancing, hashing and freeing it item by item
             // registers the same hashes in the same order as pass by pass would (a freed
             // block keeps its hash, and a block another item can register is not shared).
@@ -109,25 +120,17 @@ impl ServingScheduler {
             } else {
                 None
             };
-            let block_size = self.config.block_size;
             let Some(request) = self.requests.live_mut(slot, item.request_id) else {
                 continue; // aborted since
             };
-            // A decode fills a block only when its token ends one.
-            let filled = if item.is_prefill {
-                self.deficit += advance(request, item, token, block_size);
-                true
-            } else {
-                let filled = advance_decode(request, token, block_size);
-                self.deficit += usize::from(filled);
-                filled
-            };
+            self.deficit += advance(request, item, token, block_size);
             // Known before hashing, which does not change it: one look-up of the request.
             let reached = request.num_generated() >= request.max_new_tokens;
-            if filled && self.config.prefix_caching {
-                self.register_blocks(item, slot);
+            if self.config.prefix_caching {
+                self.register_blocks(slot, item.start, item.tokens);
             }
             self.finish_item(item.request_id, reached);
+            self.join_if_decoding(slot, item.request_id);
         }
         self.sealed = Some(batch);
         for &id in finished {
@@ -209,15 +212,105 @@ impl ServingScheduler {
         }
     }
 
-    /// Register the blocks `item` filled in the prefix cache, while its request's chain of
-    /// known tokens lasts.
-    fn register_blocks(&mut self, item: &BatchItem, slot: usize) {
+    /// Store the tokens `token_ids` gives the listed decode `items` (in `slots`), each at its
+    /// request's next position: the group's tick then counts them.
+    fn store_decode_tokens(
+        &mut self,
+        items: &[BatchItem],
+        slots: &[usize],
+        token_ids: TokenIds<'_>,
+    ) {
+        let clock = self.group.clock;
+        for (at, (item, &slot)) in items.iter().zip(slots).enumerate() {
+            let Some(token) = Self::token_of(item.request_id, at, token_ids, &self.given) else {
+                continue;
+            };
+            if let Some(request) = self.requests.live_mut(slot, item.request_id) {
+                request.settle(clock);
+                request.store_token(token);
+            }
+        }
+    }
+
+    /// Members of the decode group named in `update`'s `finished` finish at this tick, in
+    /// rank order among the decodes (as their items come).
+    fn finish_named_members(&mut self, finished: &[u64]) {
+        for &id in finished {
+            let Some(slot) = self.requests.slot_of(id) else {
+                continue;
+            };
+            if let Some(request) = self.requests.at(slot).filter(|r| r.in_group()) {
+                self.group.push_finish(request, slot, 1);
+            }
+        }
+    }
+
+    /// Apply the decode group's events due at this tick, in rank order, a request's fill
+    /// before its finish: a filled block is registered and asks for the next, a finished
+    /// member is freed and forgotten.
+    fn apply_group_events(&mut self) {
+        let mut fills = std::mem::take(&mut self.fills);
+        fills.clear();
+        (self.group).due_fills(&self.requests, self.config.block_size, &mut fills);
+        let mut fills_left = fills.iter().copied().peekable();
+        loop {
+            let finish = self.group.pop_finish();
+            // The fills ranked before this finish (all of them once none is left), then it.
+            let before = |&(rank, _): &Entry| finish.is_none_or(|f| rank <= f.rank);
+            while let Some((_, slot)) = fills_left.next_if(before) {
+                self.apply_fill(slot);
+            }
+            let Some(finish) = finish else {
+                break;
+            };
+            let live = (self.requests.at(finish.slot)).is_some_and(|r| Group::is_live(&finish, r));
+            if live {
+                let id = self.requests.at(finish.slot).map_or(0, |r| r.id);
+                self.finished_out.push(id);
+                let _ = self.forget(id);
+            }
+        }
+        self.fills = fills;
+    }
+
+    /// The member in `slot` filled its last block: it needs another, and the block can enter
+    /// the prefix cache.
+    fn apply_fill(&mut self, slot: usize) {
+        let Some(request) = self.requests.at_mut(slot) else {
+            return;
+        };
+        request.settle(self.group.clock);
+        self.deficit += 1;
+        self.group.needs_block.push((request.rank(), slot));
+        let start = request.num_computed - 1;
+        if self.config.prefix_caching && request.has_known_tokens() {
+            self.register_blocks(slot, start, 1);
+        }
+    }
+
+    /// The request in `slot` joins the decode group if it is running with one token left.
+    fn join_if_decoding(&mut self, slot: usize, id: u64) {
+        let Some(request) = self.requests.live_mut(slot, id) else {
+            return; // finished
+        };
+        if request.state != RequestState::Running || request.left() != 1 {
+            return;
+        }
+        if let Ok(at) = self.prefilling.binary_search(&(request.rank(), slot)) {
+            self.prefilling.remove(at);
+        }
+        self.group.join(request, slot, self.config.block_size);
+    }
+
+    /// Register the blocks that computing `tokens` positions from `start` filled in the
+    /// prefix cache, while the chain of known tokens of the request in `slot` lasts.
+    fn register_blocks(&mut self, slot: usize, start: u128, tokens: usize) {
         let block_size = self.config.block_size;
         let Some(request) = self.requests.at_mut(slot) else {
             return;
         };
-        let first = full_blocks(item.start, block_size);
-        let end = full_blocks(item.start + item.tokens as u128, block_size);
+        let first = full_blocks(start, block_size);
+        let end = full_blocks(start + tokens as u128, block_size);
         let end = end.min(request.table.len());
         if end <= first || request.hashable_blocks(block_size) <= first {
             // Filled no block (most decodes), or no block it fills can be hashed (the
@@ -258,15 +351,4 @@ fn advance(
     let before = shortfall(request, block_size);
     request.push_token(token);
     shortfall(request, block_size).saturating_sub(before)
-}
-
-/// [`advance`] for a decode (one token, which it samples), without its block divisions.
-/// Returns whether its token filled its last block: then sampling adds a block to what it
-/// still needs (its table covered its `num_tokens`), and the block can be hashed.
-#[inline]
-fn advance_decode(request: &mut Request, token: Option<u32>, block_size: usize) -> bool {
-    request.num_computed += 1;
-    request.item = None;
-    request.push_token(token);
-    ends_block(request.num_computed, block_size)
 }

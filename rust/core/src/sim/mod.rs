@@ -17,6 +17,7 @@ mod roofline;
 mod router;
 mod run;
 mod step;
+mod tokens;
 mod workload;
 
 pub use engine::{chunk_pairs, EngineModel, StepShape};

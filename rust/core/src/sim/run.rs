@@ -20,6 +20,7 @@ use super::engine::StepShape;
 use super::metrics::Outcome;
 use super::router::{outstanding, Fleet, Router};
 use super::step::StepModel;
+use super::tokens::{GapRun, StepGaps, Track};
 use super::workload::Workload;
 use crate::serving::{Prompt, ServingConfig, ServingScheduler, TokenIds};
 use crate::CoreError;
@@ -161,6 +162,11 @@ struct Replica {
     /// computed once the step ends (noted while the step is planned, so completing it
     /// needs no second pass over its items, mostly decodes).
     chunks: Vec<(usize, u64)>,
+    /// Its completed steps, for its decodes' gaps.
+    gaps: StepGaps,
+    /// Requests a chunk left one token to compute without sampling: their next decode is
+    /// recorded on its own.
+    silent: Vec<usize>,
 }
 
 /// A planned step, until it ends.
@@ -171,59 +177,6 @@ struct Flight {
     duration: f64,
     /// Blocks in use in it.
     used: u64,
-}
-
-/// What the loop follows of one request (one record, so a sampled token touches one line).
-#[derive(Clone, Copy, Default)]
-struct Track {
-    /// Tokens sampled so far.
-    emitted: u64,
-    /// When the last one was.
-    last: f64,
-    /// Tokens computed, as far as the prompt goes (0 again after a preemption).
-    computed: u64,
-    /// Its longest gap between two tokens so far (the outcome's, once it finishes).
-    max_gap: f64,
-}
-
-/// The run of equal token gaps being counted: appended to the outcome's run-length coded
-/// gaps when another gap ends it or the run ends, so the usual token adds to one count
-/// rather than to the last entry of two vectors.
-#[derive(Clone, Copy, Default)]
-struct GapRun {
-    value: f64,
-    weight: u64,
-}
-
-impl GapRun {
-    /// Count `gap`, appending the run it ends to `out`.
-    fn add(&mut self, gap: f64, out: &mut Outcome) {
-        if self.weight > 0 && self.value == gap {
-            self.weight += 1;
-        } else {
-            self.flush(out);
-            *self = Self {
-                value: gap,
-                weight: 1,
-            };
-        }
-    }
-
-    /// Append the run so far to `out` (the outcome merges it with an equal last run, as
-    /// one gap after another would).
-    fn flush(&mut self, out: &mut Outcome) {
-        if self.weight == 0 {
-            return;
-        }
-        match (out.gap_values.last(), out.gap_weights.last_mut()) {
-            (Some(&last), Some(weight)) if last == self.value => *weight += self.weight,
-            _ => {
-                out.gap_values.push(self.value);
-                out.gap_weights.push(self.weight);
-            }
-        }
-        self.weight = 0;
-    }
 }
 
 /// How many ticks (events, routed requests) pass between two calls of the stop hook of
@@ -251,9 +204,10 @@ struct Loop<'a> {
     fleet_used: u64,
     done: usize,
     now: f64,
-    /// Scratch: a prompt's ids, the ids sampled in a step.
+    /// Scratch: a prompt's ids, the ids sampled in a step, the silent decodes of a step.
     ids: Vec<u32>,
     sampled: Vec<u32>,
+    silent_now: Vec<usize>,
     /// The caller's stop hook and the ticks left before it is asked again.
     stop: &'a mut dyn FnMut() -> bool,
     countdown: u32,
@@ -327,6 +281,8 @@ pub fn run_fleet_until(
         load: 0,
         held: 0,
         chunks: Vec::new(),
+        gaps: StepGaps::default(),
+        silent: Vec::new(),
     };
     let mut sim = Loop {
         workload,
@@ -337,6 +293,8 @@ pub fn run_fleet_until(
             replicas.extend((0..fleet.replicas).map(|_| Replica {
                 sched: replica.sched.clone(),
                 chunks: Vec::new(),
+                gaps: StepGaps::default(),
+                silent: Vec::new(),
                 ..replica
             }));
             replicas
@@ -352,6 +310,7 @@ pub fn run_fleet_until(
         now: 0.0,
         ids: Vec::new(),
         sampled: Vec::new(),
+        silent_now: Vec::new(),
         stop,
         countdown: POLL_EVERY,
     };
@@ -479,7 +438,13 @@ impl Loop<'_> {
         }
         let replica = &mut self.replicas[r];
         let num_blocks = replica.sched.config().num_blocks;
-        let batch = match replica.sched.schedule() {
+        // Token ids are needed only to sample known tokens: otherwise the decodes are counted.
+        let planned = if self.workload.tokens.known.is_empty() {
+            replica.sched.schedule_lean()
+        } else {
+            replica.sched.schedule()
+        };
+        let batch = match planned {
             Ok(batch) => batch,
             Err(CoreError::OutOfMemory { what }) => return Err(SimError::OutOfMemory { what }),
             Err(_) => return Ok(()),
@@ -492,8 +457,13 @@ impl Loop<'_> {
         let out = &mut self.out;
         let start = self.now;
         let mut shape = StepShape::default();
+        let last_step = replica.gaps.completed.wrapping_sub(1);
         for &id in batch.preempted() {
-            out.preemptions[id as usize] += 1;
+            let i = id as usize;
+            out.preemptions[i] += 1;
+            let track = &mut self.tracks[i];
+            track.stop(&replica.gaps, last_step, replica.gaps.last_end);
+            track.silent = false;
         }
         replica.chunks.clear();
         for item in batch.items() {
@@ -510,14 +480,13 @@ impl Loop<'_> {
                 if out.preemptions[i] > 0 {
                     out.recomputed_tokens[i] += item.tokens as u64;
                 }
-            } else {
-                shape.add_decode(item.start + 1);
             }
         }
         let prefill = batch.num_prefill_tokens() as u64;
         let decode = batch.num_decode_tokens() as u64;
         // The batch's own counts (as the pure loop reads them), not the sums of the items.
         (shape.prefill_tokens, shape.decode_tokens) = (prefill, decode);
+        shape.decode_context_tokens = batch.decode_context_tokens();
         let duration = self.engine.step_time(&shape);
         let used = (num_blocks - batch.num_free_blocks()) as u64;
         self.fleet_used = self.fleet_used - replica.held + used;
@@ -559,43 +528,67 @@ impl Loop<'_> {
             replica.load += outstanding(wl.prompt_tokens[i], 0, now, 0);
             self.tracks[i].computed = now;
         }
+        let step = replica.gaps.completed;
         self.sampled.clear();
         let plan = &wl.tokens;
-        let known = !plan.known.is_empty();
-        for &id in batch.sampling_ids() {
-            let i = id as usize;
-            let track = &mut self.tracks[i];
-            if known {
-                let prompt = wl.prompt_tokens[i];
-                self.sampled
-                    .push(plan.token(i, prompt + track.emitted, prompt));
+        if !plan.known.is_empty() {
+            for &id in batch.sampling_ids() {
+                let (i, prompt) = (id as usize, wl.prompt_tokens[id as usize]);
+                let at = prompt + self.tracks[i].emitted_before(step);
+                self.sampled.push(plan.token(i, at, prompt));
             }
-            if track.emitted == 0 {
-                out.first_token[i] = end;
-            } else {
-                let gap = end - track.last;
-                self.gaps.add(gap, out);
-                if gap > track.max_gap {
-                    track.max_gap = gap;
-                }
-            }
-            track.last = end;
-            track.emitted += 1;
         }
+        // This step's silent decodes: a chunk of the step before left them one token to
+        // compute without sampling (unless preempted since). Rank order, as their items.
+        let mut silent = std::mem::take(&mut self.silent_now);
+        silent.clear();
+        let tracks = &self.tracks;
+        silent.extend(replica.silent.drain(..).filter(|&i| tracks[i].silent));
+        silent.sort_by_key(|&i| replica.sched.rank_of(i as u64));
+        // This step's chunks that leave one token so: their decode is the next step's.
+        for &(i, now) in &replica.chunks {
+            let track = &mut self.tracks[i];
+            if now + 1 == wl.prompt_tokens[i] + track.emitted {
+                track.silent = true;
+                replica.silent.push(i);
+            }
+        }
+        let decodes = batch.num_decode_tokens() as u64;
+        let run = decodes - silent.len() as u64;
+        if run > 0 {
+            let gap = end - replica.gaps.last_end;
+            self.gaps.add(gap, run, out);
+            replica.gaps.push(step, gap);
+        }
+        let listed = if batch.is_lean() { 0 } else { decodes as usize };
+        let others = silent.iter().copied();
+        let others = others.chain(batch.sampling_ids()[listed..].iter().map(|&id| id as usize));
+        for i in others {
+            let track = &mut self.tracks[i];
+            track.sampled(end, &mut self.gaps, out, i);
+            track.join(step);
+        }
+        self.silent_now = silent;
         // One outstanding token less per token sampled.
-        replica.load -= batch.sampling_ids().len() as u128;
-        let ids = if known {
-            TokenIds::Aligned(&self.sampled)
-        } else {
+        let sampled = decodes as usize + batch.sampling_ids().len() - listed;
+        replica.load -= sampled as u128;
+        let ids = if plan.known.is_empty() {
             TokenIds::None
+        } else {
+            TokenIds::Aligned(&self.sampled)
         };
         if let Ok(finished) = replica.sched.update_step(flight.step_index, ids, &[]) {
             for &id in finished {
-                self.out.finish[id as usize] = end;
-                self.out.max_gap[id as usize] = self.tracks[id as usize].max_gap;
+                let i = id as usize;
+                let track = &mut self.tracks[i];
+                track.stop(&replica.gaps, step, end);
+                self.out.finish[i] = end;
+                self.out.max_gap[i] = track.max_gap;
                 self.done += 1;
             }
         }
+        replica.gaps.completed = step + 1;
+        replica.gaps.last_end = end;
         let num_blocks = replica.sched.config().num_blocks;
         let held = (num_blocks - replica.sched.num_free_blocks()) as u64;
         self.fleet_used = self.fleet_used - replica.held + held;
