@@ -24,7 +24,7 @@ import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from chunked_prefill.sim import Workload, load_trace
-from chunked_prefill.sim import workload as workload_module
+from chunked_prefill.sim.workload import trace as trace_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from compare_revision import write_trace
@@ -57,7 +57,7 @@ def reader(name: str) -> Callable[[Path], Workload]:
         return load_trace
 
     def python(path: Path) -> Workload:
-        with mock.patch.object(workload_module, "_read_fast", lambda *_: None):
+        with mock.patch.object(trace_module, "_read_fast", lambda *_: None):
             return load_trace(path)
 
     return python

@@ -51,7 +51,7 @@ import chunked_prefill
 from chunked_prefill import hf
 from chunked_prefill._steps import write_steps_csv
 from chunked_prefill.sim.fit import fit_steps, read_steps_csv
-from chunked_prefill.sim.simulator import Percentiles
+from chunked_prefill.sim.runs.results import Percentiles
 from paged_figures import tiny_llama
 
 

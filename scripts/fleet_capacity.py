@@ -14,7 +14,7 @@ import argparse
 import time
 
 from chunked_prefill.sim import ServingSimConfig, SyntheticWorkload, search
-from chunked_prefill.sim.router import ROUTERS
+from chunked_prefill.sim.runs.router import ROUTERS
 
 
 def capacity(args: argparse.Namespace, replicas: int, router: str) -> dict[str, object]:

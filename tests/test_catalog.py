@@ -24,8 +24,8 @@ from chunked_prefill.sim.catalog import (
     resolve_gpu,
     resolve_model,
 )
+from chunked_prefill.sim.cli.engines import REFERENCE_CAPTION
 from chunked_prefill.sim.engine import GIB
-from chunked_prefill.sim.engines_cli import REFERENCE_CAPTION
 
 
 def _write(tmp_path: Path, doc: Any, name: str = "config.json") -> Path:

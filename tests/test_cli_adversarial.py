@@ -16,9 +16,13 @@ from hypothesis import strategies as st
 
 from chunked_prefill.cli import build_parser, main
 from chunked_prefill.sim import Workload
-from chunked_prefill.sim import cli as sim_cli
 from chunked_prefill.sim.catalog import EngineRangeError, engine_for
-from chunked_prefill.sim.serving_loop import SimLoopError, check_fits
+from chunked_prefill.sim.cli.flags import scheduler as scheduler_flags
+from chunked_prefill.sim.cli.simulate import planner as planner_cli
+from chunked_prefill.sim.cli.simulate import serving as serving_cli
+from chunked_prefill.sim.runs import planner as runs_planner
+from chunked_prefill.sim.runs import serving as runs_serving
+from chunked_prefill.sim.runs.serving_loop import SimLoopError, check_fits
 
 U64_MAX = 2**64 - 1
 
@@ -61,9 +65,9 @@ def no_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("simulated before refusing the input")
 
-    monkeypatch.setattr(sim_cli, "simulate", refuse)
-    monkeypatch.setattr(sim_cli, "simulate_serving", refuse)
-    from chunked_prefill.sim import search_cli
+    monkeypatch.setattr(planner_cli, "simulate", refuse)
+    monkeypatch.setattr(serving_cli, "simulate_serving", refuse)
+    from chunked_prefill.sim.cli.search import drive as search_cli
 
     monkeypatch.setattr(search_cli, "search", refuse)
 
@@ -317,8 +321,8 @@ def test_a_grid_over_the_limit_is_refused_before_expanding(
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("expanded the grid")
 
-    monkeypatch.setattr(sim_cli, "expand_serving_configs", refuse)
-    monkeypatch.setattr(sim_cli, "expand_configs", refuse)
+    monkeypatch.setattr(runs_serving, "expand_serving_configs", refuse)
+    monkeypatch.setattr(runs_planner, "expand_configs", refuse)
     values = ",".join(str(v) for v in range(1, 1001))
     budgets = ",".join(str(v) for v in range(2000, 3000))
     for scheduler in ("serving", "planner"):
@@ -350,7 +354,7 @@ def test_a_grid_at_the_limit_and_duplicates_are_accepted(
     args = build_parser().parse_args(
         ["simulate", "--chunk-size", ",".join([values] * 3), "--max-running", values]
     )
-    sim_cli.check_grid(args)
+    scheduler_flags.check_grid(args)
     code, _, err = _cli(
         capsys, "simulate", "--requests", "2", "--quiet", "--chunk-size", "64,64,64,none"
     )

@@ -31,7 +31,8 @@ from chunked_prefill.sim import (
     min_steps,
     simulate,
 )
-from chunked_prefill.sim import cli as sim_cli
+from chunked_prefill.sim.cli.simulate import planner as planner_cli
+from chunked_prefill.sim.cli.simulate import serving as serving_cli
 from chunked_prefill.sim.engine import MAX_COEFFICIENT_S
 from chunked_prefill.sim.report import results_to_json
 
@@ -184,8 +185,8 @@ def no_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("simulated before refusing the input")
 
-    monkeypatch.setattr(sim_cli, "simulate", refuse)
-    monkeypatch.setattr(sim_cli, "simulate_serving", refuse)
+    monkeypatch.setattr(planner_cli, "simulate", refuse)
+    monkeypatch.setattr(serving_cli, "simulate_serving", refuse)
 
 
 @pytest.mark.parametrize(
@@ -413,8 +414,8 @@ def test_setup_lines_come_before_the_run(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[str] = []
-    real = sim_cli.simulate
-    real_serving = sim_cli.simulate_serving
+    real = planner_cli.simulate
+    real_serving = serving_cli.simulate_serving
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         seen.append(capsys.readouterr().out)
@@ -424,8 +425,8 @@ def test_setup_lines_come_before_the_run(
         seen.append(capsys.readouterr().out)
         return real_serving(*args, **kwargs)
 
-    monkeypatch.setattr(sim_cli, "simulate", spy)
-    monkeypatch.setattr(sim_cli, "simulate_serving", spy_serving)
+    monkeypatch.setattr(planner_cli, "simulate", spy)
+    monkeypatch.setattr(serving_cli, "simulate_serving", spy_serving)
     argv = ["simulate", "--requests", "50", "--chunk-size", "512"]
     code, out, _ = _cli(capsys, *argv, "--scheduler", "planner")
     assert code == 0

@@ -21,9 +21,10 @@ import pytest
 
 from chunked_prefill import cli as top_cli
 from chunked_prefill.cli import main
-from chunked_prefill.sim import cli as sim_cli
-from chunked_prefill.sim import fit as fit_module
-from chunked_prefill.sim import search_cli
+from chunked_prefill.sim.cli.search import drive as search_cli
+from chunked_prefill.sim.cli.simulate import planner as planner_cli
+from chunked_prefill.sim.cli.simulate import serving as serving_cli
+from chunked_prefill.sim.engines import fit as fit_module
 
 PLANNER = ["--scheduler", "planner", "--chunk-size", "512", "--requests", "5", "--quiet"]
 SEARCH = ["--requests", "20", "--slo-ttft", "1", "--workers", "1", "--quiet"]
@@ -44,8 +45,8 @@ def nothing_runs(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("ran before refusing the output path")
 
     for module, name in (
-        (sim_cli, "simulate"),
-        (sim_cli, "simulate_serving"),
+        (planner_cli, "simulate"),
+        (serving_cli, "simulate_serving"),
         (search_cli, "search"),
         (fit_module, "fit_steps"),
         (fit_module, "read_steps_csv"),
@@ -100,7 +101,7 @@ def test_an_interrupted_write_keeps_the_old_file_and_no_temporary(
 ) -> None:
     """Ctrl-C while --steps-csv is written: status 130, one line, the old file whole, no
     temporary file left; the same run uninterrupted replaces the file."""
-    real = sim_cli.simulate
+    real = planner_cli.simulate
 
     def interrupted(*args: Any, **kwargs: Any) -> Any:
         (result,) = real(*args, **kwargs)
@@ -108,12 +109,12 @@ def test_an_interrupted_write_keeps_the_old_file_and_no_temporary(
 
     keep = tmp_path / "keep.csv"
     keep.write_text(KEPT)
-    monkeypatch.setattr(sim_cli, "simulate", interrupted)
+    monkeypatch.setattr(planner_cli, "simulate", interrupted)
     assert main(["simulate", *PLANNER, "--steps-csv", str(keep)]) == 130
     assert capsys.readouterr().err == "chunked-prefill simulate: interrupted\n"
     assert keep.read_text() == KEPT
     assert [p.name for p in tmp_path.iterdir()] == ["keep.csv"]
-    monkeypatch.setattr(sim_cli, "simulate", real)
+    monkeypatch.setattr(planner_cli, "simulate", real)
     assert main(["simulate", *PLANNER, "--steps-csv", str(keep)]) == 0
     assert keep.read_text().startswith("step,start_s,prefill_tokens,")
     assert [p.name for p in tmp_path.iterdir()] == ["keep.csv"]

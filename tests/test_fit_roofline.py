@@ -14,10 +14,10 @@ import pytest
 
 from chunked_prefill.cli import build_parser, main
 from chunked_prefill.sim.catalog import GPUS, engine_for
+from chunked_prefill.sim.cli.flags.engine_specs import engine_specs
+from chunked_prefill.sim.engines.fit_roofline import fit_roofline
 from chunked_prefill.sim.fit import Steps
-from chunked_prefill.sim.fit_roofline import fit_roofline
 from chunked_prefill.sim.roofline import RooflineModel
-from chunked_prefill.sim.search_engines import engine_specs
 from chunked_prefill.sim.software import SERVING_ENGINES
 
 TRUE = {

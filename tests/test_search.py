@@ -21,10 +21,10 @@ from chunked_prefill.sim import (
     default_workload,
     load_trace,
     search,
-    search_runners,
 )
-from chunked_prefill.sim import search_cli as search_cli_module
-from chunked_prefill.sim.rate_search import BRACKET_STEPS, RateSearch, bisection_steps
+from chunked_prefill.sim.cli.search import drive as search_cli_module
+from chunked_prefill.sim.search import runners as search_runners
+from chunked_prefill.sim.search.rate import BRACKET_STEPS, RateSearch, bisection_steps
 from cli_capture import cli as _cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -468,7 +468,7 @@ def test_an_interrupted_search_abandons_its_runner() -> None:
     """An exception out of a search (Ctrl-C's `KeyboardInterrupt`, here raised by the
     progress callback) closes the runner with `abandon`: its workers are stopped, not
     awaited; a search that ends closes it the usual way."""
-    from chunked_prefill.sim.search import _drive
+    from chunked_prefill.sim.search.capacity import _drive
 
     def interrupt(done: int, total: int) -> None:
         raise KeyboardInterrupt

@@ -731,7 +731,9 @@ def test_cli_progress_bar_on_a_terminal(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(Console, "is_terminal", property(lambda self: True))
-    monkeypatch.setattr(cli, "simulate", spy)
+    from chunked_prefill.sim.cli.simulate import planner as planner_cli
+
+    monkeypatch.setattr(planner_cli, "simulate", spy)
     assert (
         cli.main(["--requests", "300", "--chunk-size", "512,none", "--scheduler", "planner"]) == 0
     )

@@ -18,8 +18,8 @@ from chunked_prefill.sim import (
     simulate_serving,
 )
 from chunked_prefill.sim import cli as sim_cli
-from chunked_prefill.sim.reading import overload_lines, reading_line
-from chunked_prefill.sim.steady import (
+from chunked_prefill.sim.report.reading import overload_lines, reading_line
+from chunked_prefill.sim.runs.steady import (
     OVERLOAD_TOLERANCE,
     slo_met,
     steady_mask,

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 import chunked_prefill._core as core
 from chunked_prefill.sim import Workload, load_trace
-from chunked_prefill.sim import workload as workload_module
 from chunked_prefill.sim.workload import FIELD_ALIASES
+from chunked_prefill.sim.workload import trace as trace_module
 
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
@@ -32,7 +32,7 @@ UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 @contextmanager
 def python_reader_only() -> Iterator[None]:
     """``load_trace`` as it was before the core's reader: the Python reader alone."""
-    with mock.patch.object(workload_module, "_read_fast", lambda *_: None):
+    with mock.patch.object(trace_module, "_read_fast", lambda *_: None):
         yield
 
 

@@ -243,8 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(
         dest="command", metavar="COMMAND", required=True, parser_class=SubcommandParser
     )
-    from .sim import cli as sim_cli
-    from .sim import engines_cli, fit_cli, search_cli
+    from .sim.cli import engines as engines_cli
+    from .sim.cli import fit as fit_cli
+    from .sim.cli import search as search_cli
+    from .sim.cli import simulate as sim_cli
 
     sim_cli.add_parser(subparsers)
     search_cli.add_parser(subparsers)

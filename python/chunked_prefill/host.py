@@ -39,7 +39,7 @@ def num_blocks_for(
     per token. Raises the simulator's ``ModelConfigError`` for an unknown name or a bad
     file and ``EngineFitError`` when the weights leave no room.
     """
-    from .sim.catalog import engine_for
+    from .sim.engines.catalog import engine_for
 
     _, memory = engine_for(
         model,

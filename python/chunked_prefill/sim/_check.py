@@ -112,8 +112,8 @@ def check_callback(name: str, value: object) -> Callable[..., Any] | None:
 def check_engine(engine: object, name: str = "engine") -> None:
     """A ``TypeError`` unless ``engine`` is a step-time model (an ``EngineModel`` or a
     ``RooflineModel``)."""
-    from .engine import EngineModel
-    from .roofline import RooflineModel
+    from .engines.linear import EngineModel
+    from .engines.roofline import RooflineModel
 
     kind(name, engine, (EngineModel, RooflineModel), "an EngineModel or a RooflineModel")
 

@@ -1,21 +1,18 @@
-"""The software a step runs on, beside the GPU: the serving engine's CPU time and the
-attention kernels (issue 23).
-
-The roofline's GPU terms come from the model and the GPU (:mod:`.catalog`); two costs depend
-on the software instead:
-
-- :class:`ServingEngine`: the CPU work of one step that the GPU waits for (scheduling, input
-  preparation, sampling's bookkeeping, output processing), per step and per sequence, and in
-  eager mode the kernel launches (the step lasts at least as long as launching its kernels
-  one by one: CUDA graphs replay them at once);
-- :class:`AttentionBackend`: how prefill attention's (query, key) pairs are charged.
-
-``docs/engines.md`` gives the source of every figure.
-"""
+"""``chunked_prefill.sim.software``, as documented: serving engines and attention backends,
+now :mod:`.engines.software`, re-exported here."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from .engines.software import (
+    ATTENTION_BACKENDS,
+    DEFAULT_ATTENTION_BACKEND,
+    DEFAULT_SERVING_ENGINE,
+    SERVING_ENGINES,
+    AttentionBackend,
+    ServingEngine,
+    resolve_attention_backend,
+    resolve_serving_engine,
+)
 
 __all__ = [
     "ATTENTION_BACKENDS",
@@ -27,149 +24,3 @@ __all__ = [
     "resolve_attention_backend",
     "resolve_serving_engine",
 ]
-
-
-@dataclass(frozen=True)
-class ServingEngine:
-    """The CPU side of a serving engine's step."""
-
-    name: str
-    cpu_step_s: float
-    """CPU time per step the GPU waits for (not overlapped with the forward pass)."""
-    cpu_seq_s: float
-    """CPU time per sequence of the step (one per decode and per prefill chunk)."""
-    launch_layer_s: float
-    """CPU time to launch one layer's kernels one by one (0 with CUDA graphs)."""
-    description: str
-    source: str
-
-
-SERVING_ENGINES: dict[str, ServingEngine] = {
-    engine.name: engine
-    for engine in (
-        ServingEngine(
-            name="vllm",
-            cpu_step_s=0.5e-3,
-            cpu_seq_s=5e-6,
-            launch_layer_s=0.0,
-            description="vLLM V1 (0.8+), CUDA graphs, synchronous scheduling",
-            source="vLLM 0.33's scheduler measured here (benches/bench_vllm.py: about 3 us"
-            " per running request and 0.1 ms per step of schedule() + update_from_output()),"
-            " plus the model runner's input preparation and sampler bookkeeping",
-        ),
-        ServingEngine(
-            name="vllm-eager",
-            cpu_step_s=0.5e-3,
-            cpu_seq_s=5e-6,
-            launch_layer_s=150e-6,
-            description="vLLM V1 with enforce_eager=True (no CUDA graphs)",
-            source="as vllm, plus about 10 kernels a decoder layer launched from Python at"
-            " about 15 us each (PyTorch's eager dispatch)",
-        ),
-        ServingEngine(
-            name="vllm-v0",
-            cpu_step_s=1.5e-3,
-            cpu_seq_s=20e-6,
-            launch_layer_s=0.0,
-            description="vLLM V0 (before 0.8), CUDA graphs",
-            source="vLLM's v0.6.0 performance post (blog.vllm.ai, 2024-09-05): scheduling and"
-            " output processing were 29 % and the GPU 38 % of a Llama-3-8B H100 step in v0.5.3",
-        ),
-        ServingEngine(
-            name="vllm-v0-eager",
-            cpu_step_s=1.5e-3,
-            cpu_seq_s=20e-6,
-            launch_layer_s=150e-6,
-            description="vLLM V0 (before 0.8) with enforce_eager=True",
-            source="as vllm-v0, with vllm-eager's kernel launches",
-        ),
-        ServingEngine(
-            name="sglang",
-            cpu_step_s=0.2e-3,
-            cpu_seq_s=2e-6,
-            launch_layer_s=0.0,
-            description="SGLang with its overlap scheduler and CUDA graphs",
-            source="SGLang v0.4 release post (lmsys.org, 2024-12-04): the zero-overhead batch"
-            " scheduler overlaps the CPU scheduling with the GPU's previous batch",
-        ),
-        ServingEngine(
-            name="tensorrt-llm",
-            cpu_step_s=0.2e-3,
-            cpu_seq_s=1e-6,
-            launch_layer_s=0.0,
-            description="TensorRT-LLM's C++ runtime (in-flight batching)",
-            source="a C++ batch manager: CPU time per step of the order of 0.1 ms",
-        ),
-        ServingEngine(
-            name="none",
-            cpu_step_s=0.0,
-            cpu_seq_s=0.0,
-            launch_layer_s=0.0,
-            description="GPU time only (Vidur's profiles, which leave CPU overhead out)",
-            source="Vidur (Agrawal et al., MLSys 2024): CPU overheads off by default",
-        ),
-    )
-}
-"""Serving engines (``--serving-engine NAME``) and their CPU costs."""
-
-DEFAULT_SERVING_ENGINE = "vllm"
-
-
-@dataclass(frozen=True)
-class AttentionBackend:
-    """How prefill attention is charged: each causal (query, key) pair at its FLOPs and
-    ``pair_efficiency`` (``None``: the GPU's ``attention_efficiency``); ``chunk_square``
-    adds a cost per squared chunk token at the GPU's ``chunk_attention_efficiency`` (a
-    kernel whose cost grows with the chunk beyond its pairs)."""
-
-    name: str
-    chunk_square: bool
-    pair_efficiency: float | None
-    description: str
-
-
-ATTENTION_BACKENDS: dict[str, AttentionBackend] = {
-    backend.name: backend
-    for backend in (
-        AttentionBackend(
-            name="flash",
-            chunk_square=False,
-            pair_efficiency=None,
-            description="FlashAttention-2/3 (vLLM's and SGLang's default): pairs only",
-        ),
-        AttentionBackend(
-            name="vidur",
-            chunk_square=True,
-            pair_efficiency=0.65,
-            description="the kernel of Vidur's A100 profiles: pairs plus a term per squared"
-            " chunk token",
-        ),
-    )
-}
-"""Attention backends (``--attention-backend NAME``)."""
-
-DEFAULT_ATTENTION_BACKEND = "flash"
-
-
-def _resolve(kind: str, table: dict[str, object], name: str) -> object:
-    if not isinstance(name, str) or name not in table:
-        raise ValueError(f"unknown {kind} {name!r}: one of {', '.join(table)}")
-    return table[name]
-
-
-def resolve_serving_engine(engine: str | ServingEngine) -> ServingEngine:
-    """A :data:`SERVING_ENGINES` name or a spec as is."""
-    if isinstance(engine, ServingEngine):
-        return engine
-    found = _resolve("serving engine", dict(SERVING_ENGINES), engine)
-    assert isinstance(found, ServingEngine)
-    return found
-
-
-def resolve_attention_backend(backend: str | AttentionBackend) -> AttentionBackend:
-    """An :data:`ATTENTION_BACKENDS` name or a spec as is."""
-    if isinstance(backend, AttentionBackend):
-        return backend
-    found = _resolve("attention backend", dict(ATTENTION_BACKENDS), backend)
-    assert isinstance(found, AttentionBackend)
-    return found

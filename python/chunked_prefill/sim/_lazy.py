@@ -1,0 +1,27 @@
+"""Lazy re-exports for a package's ``__init__``: a name is imported from its home module on
+first use (PEP 562), so ``import chunked_prefill.sim`` (and every command, which imports the
+package first) pays only for what it runs: ``simulate`` never loads the search machinery,
+the catalog parsers, matplotlib or Ray."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Mapping
+
+
+def lazy_exports(package: str, homes: Mapping[str, tuple[str, ...]]) -> Callable[[str], object]:
+    """A module ``__getattr__`` for ``package`` that finds each name of ``homes`` (module,
+    relative to ``package`` -> the names it holds) in its module on first use, and keeps it
+    in the package's namespace so later uses cost nothing."""
+    home_of = {name: module for module, names in homes.items() for name in names}
+
+    def __getattr__(name: str) -> object:
+        module = home_of.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, package), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return __getattr__

@@ -1,0 +1,302 @@
+"""Reading a model's Hugging Face ``config.json`` (:func:`load_model_config`) and
+resolving a model given by preset name, Hugging Face id or path (:func:`resolve_model`)."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import TYPE_CHECKING, Any
+
+from .._check import path, show
+from .._json import Number, exact, whole
+from .errors import ModelConfigError
+from .models import _DTYPE_BYTES, _MODEL_KEYS, MODELS, ModelSpec
+from .names import _kind, _read_json
+
+if TYPE_CHECKING:
+    pass
+
+
+MAX_MODEL_COUNT = 10**12
+"""The largest count a ``config.json`` key may hold (layers, sizes, heads, experts): far
+above any real model, low enough that every figure derived from them stays exact."""
+
+
+def _count(path: str, table: dict[str, Any], key: str, default: int | None = None) -> int:
+    """A positive whole number of ``table[key]``, at most :data:`MAX_MODEL_COUNT`
+    (``default`` when absent or null)."""
+    value = table.get(key)
+    if value is None and default is not None:
+        return default
+    if value is None and key not in table:
+        raise ModelConfigError(f"{path}: key {key!r}: missing (a positive whole number)")
+    parsed = exact(value) if isinstance(value, Number) else None
+    number = whole(*parsed) if parsed is not None and abs(parsed[0]) < 10**30 else None
+    if number is None or number < 1:
+        raise ModelConfigError(
+            f"{path}: key {key!r}: expected a positive whole number, got {_kind(value)}"
+        )
+    if number > MAX_MODEL_COUNT:
+        raise ModelConfigError(
+            f"{path}: key {key!r}: expected a positive whole number up to 10**12, got"
+            f" {_kind(value)}"
+        )
+    return number
+
+
+def _heads(path: str, table: dict[str, Any], hidden: int, heads: int) -> tuple[int, int]:
+    """The K/V heads and the head size, checked against the attention heads: the K/V heads
+    divide them (grouped-query attention), and without ``head_dim`` the heads divide
+    ``hidden_size`` (``head_dim`` is then ``hidden_size / num_attention_heads``)."""
+    kv = _count(path, table, "num_key_value_heads", heads)
+    if kv > heads:
+        raise ModelConfigError(
+            f"{path}: key 'num_key_value_heads': {kv} is above num_attention_heads ({heads})"
+        )
+    if heads % kv:
+        raise ModelConfigError(
+            f"{path}: key 'num_key_value_heads': {kv} does not divide num_attention_heads ({heads})"
+        )
+    if table.get("head_dim") is None and hidden % heads:
+        raise ModelConfigError(
+            f"{path}: key 'num_attention_heads': {heads} does not divide hidden_size ({hidden}),"
+            " and there is no head_dim to give the head size"
+        )
+    return kv, _count(path, table, "head_dim", hidden // heads)
+
+
+def _present(table: dict[str, Any], key: str) -> bool:
+    """Whether ``table[key]`` is set: not absent, null, 0, false or empty."""
+    value = table.get(key)
+    if isinstance(value, Number):
+        parsed = exact(value)
+        return parsed is None or parsed[0] != 0
+    return value not in (None, False, 0) and value != [] and value != {}
+
+
+def _refuse_moe_layouts(path: str, table: dict[str, Any]) -> None:
+    """Refuse, naming the key, the mixture-of-experts layouts the roofline does not model:
+    shared experts (DeepSeek's ``n_routed_experts``/``n_shared_experts``, Qwen2-MoE's
+    ``shared_expert_intermediate_size``) and dense layers among the MoE ones
+    (``mlp_only_layers``, ``decoder_sparse_step`` other than 1)."""
+    for key in ("n_routed_experts", "n_shared_experts"):
+        if _present(table, key):
+            raise ModelConfigError(
+                f"{path}: key {key!r}: DeepSeek-style routed and shared experts are not"
+                " modelled (the reader takes Mixtral's num_local_experts or Qwen-MoE's"
+                " num_experts, without shared experts)"
+            )
+    if _present(table, "shared_expert_intermediate_size"):
+        raise ModelConfigError(
+            f"{path}: key 'shared_expert_intermediate_size': shared experts are not modelled"
+            f" (got {_kind(table['shared_expert_intermediate_size'])}; only 0 or absent)"
+        )
+    if _present(table, "mlp_only_layers"):
+        raise ModelConfigError(
+            f"{path}: key 'mlp_only_layers': dense layers among the MoE layers are not"
+            f" modelled (got {_kind(table['mlp_only_layers'])}; only [] or absent)"
+        )
+    step = _count(path, table, "decoder_sparse_step", 1)
+    if step != 1:
+        raise ModelConfigError(
+            f"{path}: key 'decoder_sparse_step': {step}: MoE in every {step}th layer only,"
+            " dense layers among the MoE layers are not modelled (only 1)"
+        )
+
+
+def _experts(path: str, table: dict[str, Any]) -> tuple[int, int, int]:
+    """``(experts, num_experts_per_tok, expert_intermediate_size)``, ``(0, 0, 0)`` for a
+    dense model. Experts: Mixtral's ``num_local_experts`` or Qwen-MoE's ``num_experts``
+    (with its ``moe_intermediate_size``, the MLP size of one expert)."""
+    _refuse_moe_layouts(path, table)
+    keys = [key for key in ("num_local_experts", "num_experts") if _present(table, key)]
+    if len(keys) == 2:
+        raise ModelConfigError(
+            f"{path}: key 'num_experts': give num_local_experts or num_experts, not both"
+        )
+    if not keys:
+        if table.get("num_experts_per_tok") is not None:
+            _count(path, table, "num_local_experts")  # missing: the error names it
+        if _present(table, "moe_intermediate_size"):
+            raise ModelConfigError(
+                f"{path}: key 'moe_intermediate_size': an expert size without experts"
+                " (num_local_experts or num_experts)"
+            )
+        return 0, 0, 0
+    (key,) = keys
+    experts = _count(path, table, key)
+    per_tok = _count(path, table, "num_experts_per_tok")
+    if per_tok > experts:
+        raise ModelConfigError(
+            f"{path}: key 'num_experts_per_tok': {per_tok} is above {key} ({experts})"
+        )
+    # Qwen-MoE's experts have their own size; Mixtral's are intermediate_size.
+    size = _count(path, table, "moe_intermediate_size", None if key == "num_experts" else 0)
+    return experts, per_tok, size
+
+
+def _dtype(path: str, table: dict[str, Any]) -> str:
+    key = "torch_dtype" if "torch_dtype" in table else "dtype"
+    value = table.get(key)
+    if value is None:
+        return "bfloat16"  # configs without a dtype: the bfloat16 every preset uses
+    if not isinstance(value, str) or isinstance(value, Number) or value not in _DTYPE_BYTES:
+        raise ModelConfigError(
+            f"{path}: key {key!r}: expected one of {', '.join(_DTYPE_BYTES)}, got {_kind(value)}"
+        )
+    return value
+
+
+FP8_QUANT_METHODS = ("fp8", "fbgemm_fp8", "compressed-tensors")
+"""``quantization_config.quant_method`` values read as FP8 weights (compressed-tensors only
+when every config group's weights are 8-bit floats)."""
+
+
+def _fp8_groups(path: str, quant: dict[str, Any]) -> None:
+    """Check that every config group of a compressed-tensors config quantizes its weights
+    to 8-bit floats (``{"type": "float", "num_bits": 8}``), naming the first that does not."""
+    groups = quant.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        raise ModelConfigError(
+            f"{path}: key 'quantization_config.config_groups': expected a non-empty object,"
+            f" got {_kind(groups)}"
+        )
+    for name, group in groups.items():
+        key = f"quantization_config.config_groups.{name}.weights"
+        weights = group.get("weights") if isinstance(group, dict) else None
+        kind = weights.get("type") if isinstance(weights, dict) else None
+        bits = weights.get("num_bits") if isinstance(weights, dict) else None
+        parsed = exact(bits) if isinstance(bits, Number) else None
+        if kind != "float" or parsed is None or parsed[0] != 8:
+            got = (
+                f"type {_kind(kind)}, num_bits {_kind(bits)}"
+                if isinstance(weights, dict)
+                else _kind(weights)
+            )
+            raise ModelConfigError(
+                f"{path}: key {key!r}: {got} is not modelled (only 8-bit float weights,"
+                ' {"type": "float", "num_bits": 8}, are: other quantized weights would be'
+                " counted at the wrong size)"
+            )
+
+
+def _weight_dtype(path: str, table: dict[str, Any], dtype: str) -> str:
+    """``"fp8"`` for an FP8 checkpoint (``quantization_config``), else ``dtype``. Any other
+    quantization is refused: its weights are not ``dtype``'s size."""
+    quant = table.get("quantization_config")
+    if quant is None:
+        return dtype
+    if not isinstance(quant, dict):
+        raise ModelConfigError(
+            f"{path}: key 'quantization_config': expected an object, got {_kind(quant)}"
+        )
+    method = quant.get("quant_method")
+    if method is None:
+        raise ModelConfigError(f"{path}: key 'quantization_config.quant_method': missing")
+    if not isinstance(method, str) or isinstance(method, Number):
+        raise ModelConfigError(
+            f"{path}: key 'quantization_config.quant_method': expected a string, got"
+            f" {_kind(method)}"
+        )
+    if method not in FP8_QUANT_METHODS:
+        raise ModelConfigError(
+            f"{path}: key 'quantization_config.quant_method': {method!r} is not modelled"
+            f" (only FP8 weights: {', '.join(FP8_QUANT_METHODS)}; other quantized weights"
+            " would be counted at the wrong size)"
+        )
+    if method == "compressed-tensors":
+        _fp8_groups(path, quant)
+    return "fp8"
+
+
+def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
+    """A :class:`ModelSpec` from a Hugging Face ``config.json``.
+
+    Required keys: ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
+    ``intermediate_size``, ``vocab_size``; optional: ``num_key_value_heads`` (default: the
+    attention heads), ``head_dim`` (default: hidden / heads), ``num_local_experts`` (Mixtral)
+    or ``num_experts`` with ``moe_intermediate_size`` (Qwen-MoE), each with
+    ``num_experts_per_tok``, ``torch_dtype`` (or ``dtype``; default bfloat16),
+    ``quantization_config`` (FP8 weights only), ``tie_word_embeddings`` (default false).
+    Other keys are ignored, but for the MoE layouts not modelled (shared experts, dense
+    layers among MoE ones), which are refused. A missing key or a bad value raises
+    :class:`ModelConfigError` naming the file and key.
+    """
+    name = os.fspath(path)
+    table = _read_json(name, ModelConfigError)
+    counts = {
+        key: _count(name, table, key)
+        for key in (
+            "num_hidden_layers",
+            "hidden_size",
+            "num_attention_heads",
+            "intermediate_size",
+            "vocab_size",
+        )
+    }
+    kv, head_dim = _heads(name, table, counts["hidden_size"], counts["num_attention_heads"])
+    experts, per_tok, expert_size = _experts(name, table)
+    tied = table.get("tie_word_embeddings", False)
+    if not isinstance(tied, bool):
+        raise ModelConfigError(
+            f"{name}: key 'tie_word_embeddings': expected true or false, got {_kind(tied)}"
+        )
+    label = table.get("_name_or_path")
+    if not isinstance(label, str) or isinstance(label, Number) or not label:
+        label = name
+    dtype = _dtype(name, table)
+    return ModelSpec(
+        name=label,
+        num_key_value_heads=kv,
+        head_dim=head_dim,
+        num_local_experts=experts,
+        num_experts_per_tok=per_tok,
+        expert_intermediate_size=expert_size,
+        dtype_bytes=_DTYPE_BYTES[dtype],
+        weight_dtype=_weight_dtype(name, table, dtype),
+        tie_word_embeddings=tied,
+        source=name,
+        **counts,
+    )
+
+
+def model_name(text: str) -> str | None:
+    """The :data:`MODELS` preset ``text`` names (a preset or a Hugging Face repo id of
+    :data:`MODEL_ALIASES`, any case), or ``None``."""
+    key = text.strip().lower()
+    if key in MODELS:
+        return key
+    return _MODEL_KEYS.get(key)
+
+
+def resolve_model(model: str | os.PathLike[str] | ModelSpec) -> ModelSpec:
+    """A preset name of :data:`MODELS` or a Hugging Face repo id of one (any case), a
+    ``config.json`` path (or a directory holding one), or a spec as is."""
+    if isinstance(model, ModelSpec):
+        return model
+    if not isinstance(model, (str, os.PathLike)):
+        raise TypeError(
+            f"model must be a preset name, a config.json path or a ModelSpec, got {show(model)}"
+        )
+    text = path("model", model)
+    preset = model_name(text) if isinstance(model, str) else None
+    if preset is not None and not os.path.exists(text):
+        return MODELS[preset]
+    if os.path.isdir(text) and os.path.isfile(os.path.join(text, "config.json")):
+        return load_model_config(os.path.join(text, "config.json"))
+    if not os.path.exists(text) and not text.lower().endswith(".json"):
+        if _REPO_ID.fullmatch(text):
+            raise ModelConfigError(
+                f"unknown model {text!r}: not the Hugging Face id of a preset, and nothing"
+                " is downloaded: save its config.json (https://huggingface.co/"
+                f"{text}/blob/main/config.json) and give its path"
+            )
+        raise ModelConfigError(
+            f"unknown model {text!r}: give a config.json path or one of {', '.join(MODELS)}"
+            " (or a preset's Hugging Face id: chunked-prefill engines --json lists them)"
+        )
+    return load_model_config(text)
+
+
+_REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+"""A Hugging Face repo id, ``owner/name``."""

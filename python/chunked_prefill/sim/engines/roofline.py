@@ -1,0 +1,303 @@
+"""The roofline step-time model: a step's duration from the model's architecture, the GPU's
+datasheet and the serving software (issues 13 and 23).
+
+A step computes ``P`` prefill tokens in ``C`` chunks and ``D`` decode tokens, ``N = P + D``.
+On one GPU of a tensor-parallel group of ``tp``::
+
+    gpu = overhead                                              # each layer's small kernels
+        + max(token_s * N + gemm_fixed_s + head_row_s * (D + C),  # linear layers: FLOPs
+              dense_read_s + expert_read_s * touched(N))          #   or weight reads
+        + pair_s * attention_pairs                              # prefill attention FLOPs
+        + chunk_sq_s * sum over chunks of tokens**2             # (the "vidur" backend only)
+        + kv_token_s * decode_context_tokens                    # decode attention: KV reads
+        + allreduce_call_s + allreduce_token_s * N              # TP all-reduces
+    t = max(gpu, launch_s)                                      # eager kernel launches
+      + cpu_step_s + seq_s * (D + C)                            # the serving engine's CPU
+
+``touched(N) = E * (1 - (1 - k/E)**N)`` is the expected number of distinct experts ``N``
+tokens route to when each picks ``k`` of ``E`` uniformly (0 for a dense model);
+``gemm_fixed_s = token_s * gemm_half_tokens`` makes the GEMMs' efficiency
+``e * N / (N + half)``, lower at few tokens. The coefficients come from a
+:class:`~.models.ModelSpec`, a :class:`~.gpus.GpuSpec` and the software
+(:mod:`.software`) in :meth:`RooflineModel.build`; ``docs/engines.md`` derives each term and
+cites its figures. ``rust/core/src/sim/roofline.rs`` computes the same formula with the same
+float operations in the same order, so the Rust and pure loops agree to the bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Union
+
+from .linear import EngineModel
+from .software import (
+    DEFAULT_ATTENTION_BACKEND,
+    DEFAULT_SERVING_ENGINE,
+    AttentionBackend,
+    ServingEngine,
+    resolve_attention_backend,
+    resolve_serving_engine,
+)
+
+if TYPE_CHECKING:
+    from .gpus import GpuSpec
+    from .models import ModelSpec
+
+__all__ = ["COEFFICIENTS", "RooflineModel", "StepTimeModel", "pow_int", "roofline_line"]
+
+
+def pow_int(base: float, n: int) -> float:
+    """``base ** n`` by repeated squaring: the same multiplications as the Rust loop (a
+    libm ``pow`` could differ between the two by an ulp)."""
+    result = 1.0
+    b = base
+    while n:
+        if n & 1:
+            result *= b
+        b *= b
+        n >>= 1
+    return result
+
+
+COEFFICIENTS = (
+    "overhead_s",
+    "token_s",
+    "gemm_fixed_s",
+    "expert_fixed_s",
+    "head_row_s",
+    "dense_read_s",
+    "expert_read_s",
+    "experts",
+    "expert_miss",
+    "pair_s",
+    "chunk_sq_s",
+    "kv_token_s",
+    "allreduce_call_s",
+    "allreduce_token_s",
+    "launch_s",
+    "cpu_step_s",
+    "seq_s",
+)
+"""The coefficients in the order ``_core.simulate_serving(roofline=...)`` takes them."""
+
+
+@dataclass(frozen=True)
+class RooflineModel:
+    """The roofline of one model on ``tp`` GPUs (see the module docstring for the formula)."""
+
+    name: str
+    model: str
+    gpu: str
+    tp: int
+    overhead_s: float
+    """The GPU's fixed time per step (each layer's small kernels)."""
+    token_s: float
+    """Linear-layer GEMM time per token (its FLOPs at the GEMMs' full efficiency)."""
+    gemm_fixed_s: float
+    """What the GEMMs' lower efficiency at few tokens adds: the time of
+    ``gemm_half_tokens`` tokens through the dense layers."""
+    expert_fixed_s: float
+    """The same for each expert a MoE step touches (its own GEMMs pad their tokens)."""
+    head_row_s: float
+    """LM-head GEMM time per sampled row (one per decode token and per prefill chunk)."""
+    dense_read_s: float
+    """Time to read the weights every step reads (all but the experts)."""
+    expert_read_s: float
+    """Time to read one expert's weights in every layer (MoE)."""
+    experts: float
+    """Experts per layer, ``E`` (0 for a dense model)."""
+    expert_miss: float
+    """``1 - k/E``: the chance a token's routing misses a given expert."""
+    pair_s: float
+    """Prefill attention time per causal (query, key) pair."""
+    chunk_sq_s: float
+    """Extra cost per squared token of each chunk: its attention among its own tokens
+    (``pair_s``'s FLOPs at the GPU's ``chunk_attention_efficiency``)."""
+    kv_token_s: float
+    """Decode attention time per context token (reading its K and V)."""
+    allreduce_call_s: float
+    """All-reduce latency per step (2 calls per layer when ``tp > 1``)."""
+    allreduce_token_s: float
+    """All-reduce transfer time per token in the step."""
+    launch_s: float = 0.0
+    """CPU time to launch a step's kernels one by one (eager mode; 0 with CUDA graphs)."""
+    cpu_step_s: float = 0.0
+    """The serving engine's CPU time per step that the GPU waits for."""
+    seq_s: float = 0.0
+    """The serving engine's CPU time per sequence of the step."""
+    serving_engine: str = "none"
+    """The :data:`~.software.SERVING_ENGINES` entry the CPU terms come from."""
+    attention_backend: str = "flash"
+    """The :data:`~.software.ATTENTION_BACKENDS` entry prefill attention follows."""
+
+    @classmethod
+    def build(
+        cls,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        tp: int,
+        serving_engine: str | ServingEngine = DEFAULT_SERVING_ENGINE,
+        attention_backend: str | AttentionBackend = DEFAULT_ATTENTION_BACKEND,
+    ) -> RooflineModel:
+        """The coefficients of ``model`` on ``tp`` GPUs of type ``gpu``, served by
+        ``serving_engine`` with ``attention_backend`` (names of :mod:`.software`)."""
+        serving = resolve_serving_engine(serving_engine)
+        backend = resolve_attention_backend(attention_backend)
+        layers, hidden = model.num_hidden_layers, model.hidden_size
+        attention = model.attention_params(model.kv_heads_per_gpu(tp) * tp) // tp
+        mlp = model.mlp_params // tp
+        router = model.router_params
+        per_tok = model.num_experts_per_tok if model.is_moe else 1
+        head = model.vocab_size * hidden // tp
+        flops = _gemm_flops(model, gpu) * gpu.gemm_efficiency
+        reads = gpu.hbm_bandwidth * gpu.weight_read_efficiency
+        wide, layer_bytes = model.dtype_bytes, model.weight_dtype_bytes
+        # Decoder-layer matrices at the weights' dtype; router and LM head stay wide.
+        dense_bytes = layers * (attention + (0 if model.is_moe else mlp)) * layer_bytes
+        dense_bytes += (layers * router + head) * wide
+        pair_flops = 4 * model.head_dim * (model.num_attention_heads // tp) * layers
+        calls = 2 * layers if tp > 1 else 0
+        link = gpu.link_bandwidth * gpu.link_efficiency
+        experts = model.num_local_experts
+        token_s = 2 * layers * (attention + per_tok * mlp + router) / flops
+        # Every GEMM pays for padding its few tokens: each touched expert's GEMMs too.
+        dense_flops = 2 * layers * (attention + router + (0 if experts else mlp))
+        chunk_sq = pair_flops / (gpu.peak_flops * gpu.chunk_attention_efficiency)
+        pair_efficiency = backend.pair_efficiency or gpu.attention_efficiency
+        return cls(
+            name=f"{model.name} on {gpu.name}" + (f" x TP {tp}" if tp > 1 else ""),
+            model=model.name,
+            gpu=gpu.name,
+            tp=tp,
+            overhead_s=gpu.step_overhead_s + layers * gpu.layer_overhead_s,
+            token_s=token_s,
+            gemm_fixed_s=dense_flops / flops * gpu.gemm_half_tokens,
+            expert_fixed_s=2 * layers * mlp / flops * gpu.gemm_half_tokens if experts else 0.0,
+            head_row_s=2 * head / (gpu.peak_flops * gpu.gemm_efficiency),
+            dense_read_s=dense_bytes / reads,
+            expert_read_s=layers * mlp * layer_bytes / reads if experts else 0.0,
+            experts=float(experts),
+            expert_miss=1.0 - per_tok / experts if experts else 0.0,
+            pair_s=pair_flops / (gpu.peak_flops * pair_efficiency),
+            chunk_sq_s=chunk_sq if backend.chunk_square else 0.0,
+            kv_token_s=model.kv_bytes_per_token(tp) / (gpu.hbm_bandwidth * gpu.hbm_efficiency),
+            allreduce_call_s=calls * gpu.allreduce_latency_s,
+            allreduce_token_s=calls * (2 * (tp - 1) / tp) * hidden * wide / link,
+            launch_s=layers * serving.launch_layer_s,
+            cpu_step_s=serving.cpu_step_s,
+            seq_s=serving.cpu_seq_s,
+            serving_engine=serving.name,
+            attention_backend=backend.name,
+        )
+
+    def experts_touched(self, tokens: int) -> float:
+        """Expected distinct experts ``tokens`` tokens route to (uniform routing)."""
+        return self.experts * (1.0 - pow_int(self.expert_miss, tokens))
+
+    def step_time(
+        self,
+        prefill_tokens: int,
+        decode_tokens: int,
+        attention_pairs: int,
+        decode_context_tokens: int,
+        prefill_chunk_sq: int = 0,
+        prefill_chunks: int = 0,
+    ) -> float:
+        """The modelled duration of one step, in seconds (the operations of
+        ``Roofline::step_time`` in Rust, in the same order). ``prefill_chunk_sq`` is the
+        sum of the squares of the step's chunk lengths, ``prefill_chunks`` their number."""
+        n = prefill_tokens + decode_tokens
+        rows = decode_tokens + prefill_chunks
+        compute = self.token_s * n + self.gemm_fixed_s + self.head_row_s * rows
+        memory = self.dense_read_s
+        if self.experts > 0:
+            touched = self.experts_touched(n)
+            compute += self.expert_fixed_s * touched
+            memory += self.expert_read_s * touched
+        gpu = self.overhead_s + (compute if compute > memory else memory)
+        gpu += self.pair_s * attention_pairs
+        gpu += self.chunk_sq_s * prefill_chunk_sq
+        gpu += self.kv_token_s * decode_context_tokens
+        gpu += self.allreduce_call_s + self.allreduce_token_s * n
+        t = gpu if gpu > self.launch_s else self.launch_s
+        t += self.cpu_step_s + self.seq_s * rows
+        return t
+
+    def terms(
+        self,
+        prefill_tokens: int,
+        decode_tokens: int,
+        attention_pairs: int,
+        decode_context_tokens: int,
+        prefill_chunk_sq: int = 0,
+        prefill_chunks: int = 0,
+    ) -> dict[str, float]:
+        """Each term of :meth:`step_time` for one step, in seconds (for reports). The step
+        lasts ``max(GPU terms, launches) + cpu``, the linear layers counting the larger of
+        ``linear_compute`` and ``linear_memory``."""
+        n = prefill_tokens + decode_tokens
+        rows = decode_tokens + prefill_chunks
+        compute = self.token_s * n + self.gemm_fixed_s + self.head_row_s * rows
+        memory = self.dense_read_s
+        if self.experts > 0:
+            touched = self.experts_touched(n)
+            compute += self.expert_fixed_s * touched
+            memory += self.expert_read_s * touched
+        return {
+            "cpu": self.cpu_step_s + self.seq_s * rows,
+            "launches": self.launch_s,
+            "overhead": self.overhead_s,
+            "linear_compute": compute,
+            "linear_memory": memory,
+            "prefill_attention": self.pair_s * attention_pairs,
+            "chunk_attention": self.chunk_sq_s * prefill_chunk_sq,
+            "decode_attention": self.kv_token_s * decode_context_tokens,
+            "allreduce": self.allreduce_call_s + self.allreduce_token_s * n,
+        }
+
+    def coefficients(self) -> list[float]:
+        """The coefficients in :data:`COEFFICIENTS` order (the binding's argument)."""
+        return [float(getattr(self, key)) for key in COEFFICIENTS]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The model as plain data (the ``engine`` of ``--json``)."""
+        out = asdict(self)
+        out["kind"] = "roofline"
+        return out
+
+
+def _gemm_flops(model: ModelSpec, gpu: GpuSpec) -> float:
+    """The GEMMs' peak FLOP/s: the GPU's FP8 peak when the weights are FP8 and it has FP8
+    tensor cores (vLLM runs W8A8 there), else its bf16/fp16 peak (weight-only FP8 on older
+    GPUs dequantises to 16 bits)."""
+    if model.weight_dtype_bytes == 1 and gpu.fp8_peak_flops > 0:
+        return gpu.fp8_peak_flops
+    return gpu.peak_flops
+
+
+StepTimeModel = Union[EngineModel, RooflineModel]
+"""Either step-time model: the fitted linear one or the roofline."""
+
+
+def roofline_line(engine: RooflineModel, blocks: str | None = None) -> str:
+    """One line for ``simulate``'s setup: model, GPU, TP (``engine.name``), the pool, the
+    main coefficients and the software."""
+    moe = f" + {engine.expert_read_s * 1e3:.3g} ms per expert touched" if engine.experts else ""
+    comm = (
+        f" + all-reduces {engine.allreduce_call_s * 1e3:.3g} ms +"
+        f" {engine.allreduce_token_s * 1e6:.3g} us/token"
+        if engine.allreduce_call_s or engine.allreduce_token_s
+        else ""
+    )
+    chunk = f" + {engine.chunk_sq_s * 1e9:.3g} ns/chunk token²" if engine.chunk_sq_s else ""
+    launches = f", at least {engine.launch_s * 1e3:.3g} ms of launches" if engine.launch_s else ""
+    pool = f"; {blocks}" if blocks else ""
+    return (
+        f"{engine.name} (roofline{pool}): {engine.overhead_s * 1e3:.3g} ms +"
+        f" max({engine.token_s * 1e6:.3g} us/token + {engine.gemm_fixed_s * 1e3:.3g} ms,"
+        f" {engine.dense_read_s * 1e3:.3g} ms weight reads{moe}) +"
+        f" {engine.pair_s * 1e9:.3g} ns/(q,k) pair{chunk} + {engine.kv_token_s * 1e6:.3g}"
+        f" us/context token{comm}{launches}; CPU ({engine.serving_engine})"
+        f" {engine.cpu_step_s * 1e3:.3g} ms + {engine.seq_s * 1e6:.3g} us/sequence;"
+        f" {engine.attention_backend} attention"
+    )
