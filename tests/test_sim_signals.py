@@ -125,7 +125,7 @@ def test_a_fleet_is_stopped_too(alarm: list[float]) -> None:
 
 def test_a_handler_that_returns_lets_the_run_finish(alarm: list[float]) -> None:
     """Signals whose handlers return run them in the middle of the loop and change nothing."""
-    args, kwargs = _raw(_long(1000, 60))  # about half a second
+    args, kwargs = _raw(_long(8000, 60))  # about half a second
     quiet = _core.simulate_serving(*args, **kwargs)
     _arm(alarm, 0.01, None)
     start = time.monotonic()

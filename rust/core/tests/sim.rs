@@ -75,9 +75,9 @@ fn a_pool_too_small_preempts_at_a_known_step() {
     assert_eq!(out.first_token, [1.0, 1.0]);
     assert_eq!(out.finish, [5.0, 9.0]);
     assert_eq!(out.max_gap, [1.0, 5.0]);
-    // A's four 1 s gaps, B's 5 s gap over its preemption, B's three 1 s gaps.
-    assert_eq!(out.gap_values, [1.0, 5.0, 1.0]);
-    assert_eq!(out.gap_weights, [4, 1, 3]);
+    // A's four 1 s gaps and B's three, B's 5 s gap over its preemption (sorted by value).
+    assert_eq!(out.gap_values, [1.0, 5.0]);
+    assert_eq!(out.gap_weights, [7, 1]);
     assert_eq!(out.kv_peak_blocks, 2);
     assert_eq!(out.kv_block_seconds, 18.0);
     assert_eq!(out.busy_s, 9.0);

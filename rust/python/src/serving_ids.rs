@@ -205,7 +205,10 @@ impl Ids {
 
     /// Forget a core id the core has forgotten; its caller's id, to drop without the lock.
     pub(crate) fn release(&mut self, core: u64) -> Option<Id> {
-        let id = self.from_core.get_mut(usize::try_from(core).ok()?)?.take()?;
+        let id = self
+            .from_core
+            .get_mut(usize::try_from(core).ok()?)?
+            .take()?;
         self.to_core.remove(&id);
         self.free.push(core);
         Some(id)

@@ -136,7 +136,7 @@ class _Replica:
         self.load = 0
         self.held = 0
         # When its last step ended: a decode whose last token came then has that gap.
-        self.last_end: float | None = None
+        self.last_end = math.nan
 
 
 class _Fleet:
@@ -273,8 +273,8 @@ class _Fleet:
             for item in batch.items
             if not item.is_prefill and self.last[item.request_id] == rep.last_end
         ]
+        gap = end - rep.last_end
         if run:
-            gap = end - rep.last_end
             _gaps(rec, gap, len(run))
         in_run = set(run)
         for i in batch.sampling_ids:

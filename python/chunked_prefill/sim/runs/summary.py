@@ -12,8 +12,26 @@ from .results import Percentiles, ServingStats, SimResult
 from .steady import slo_met, steady_mask, steady_state, wilson_interval
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
     from ..engines.roofline import StepTimeModel
     from .serving import RunSpec, ServingSimConfig
+
+
+def canonical_runs(
+    values: npt.NDArray[np.float64], weights: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+    """Token gaps as runs sorted by value, equal values merged (the Rust loop returns them
+    so; the pure loop's are put so here): both backends summarise the same arrays."""
+    import numpy as np
+
+    if values.size < 2 or bool(np.all(values[1:] > values[:-1])):
+        return values, weights
+    order = np.argsort(values, kind="stable")
+    v, w = values[order], weights[order]
+    starts = np.flatnonzero(np.r_[True, v[1:] != v[:-1]])
+    return v[starts], np.add.reduceat(w, starts)
 
 
 def summarise(
@@ -31,8 +49,10 @@ def summarise(
     arrival = np.asarray(workload.arrival_s, dtype=np.float64)
     first = a["first_token"].astype(np.float64)
     finish = a["finish"].astype(np.float64)
-    gaps = a["gap_values"].astype(np.float64)
-    weights = a["gap_weights"].astype(np.int64)
+    gaps, weights = canonical_runs(
+        a["gap_values"].astype(np.float64, copy=False),
+        a["gap_weights"].astype(np.int64, copy=False),
+    )
     span = float(finish.max() - arrival.min())
     total_out = sum(workload.output_tokens)
     threshold = spec.stall_threshold_s

@@ -260,9 +260,10 @@ def default_workload(
         )
     else:
         columns = {
-            "arrival_s": tuple(float(a) for a in arrivals.tolist()),
-            "prompt_tokens": tuple(int(p) for p in prompt.tolist()),
-            "output_tokens": tuple(int(o) for o in output.tolist()),
+            # tolist() gives Python floats and ints in one C loop.
+            "arrival_s": tuple(arrivals.astype(np.float64, copy=False).tolist()),
+            "prompt_tokens": tuple(prompt.astype(np.int64, copy=False).tolist()),
+            "output_tokens": tuple(output.astype(np.int64, copy=False).tolist()),
         }
     if prefix_tokens:
         parts.append(f"{prefix_tokens}-token prefix x {prefix_groups} group(s)")

@@ -7,6 +7,7 @@ Request ``i`` of a workload is simulated as scheduler request id ``i``.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -107,7 +108,39 @@ class Workload:
         }
         if lengths != {n}:
             raise ValueError("Workload columns must all have the same length")
-        for i in range(n):
+        if not self._plainly_valid():
+            self._check_each_request()
+
+    def _plainly_valid(self) -> bool:
+        """Whether every request passes the checks of :meth:`_check_each_request`, told by
+        whole-column checks in C (types, minima, maxima) for the usual plain floats and
+        ints; ``False`` sends any other column to the request-by-request checks, which name
+        the first offender."""
+        arrival, prompt, output = self.arrival_s, self.prompt_tokens, self.output_tokens
+        cached, priority = self.cached_tokens, self.priority
+        if not arrival:
+            return True
+        ints = (prompt, output, cached, priority)
+        if not set(map(type, arrival)) <= {int, float} or any(map(math.isnan, arrival)):
+            return False
+        if any(set(map(type, column)) != {int} for column in ints):
+            return False
+        return (
+            min(arrival) >= 0
+            and max(arrival) <= MAX_ARRIVAL_S
+            and min(prompt) >= 1
+            and max(prompt) <= MAX_TOKENS
+            and min(output) >= 1
+            and max(output) <= MAX_TOKENS
+            and min(cached) >= 0
+            and all(map(operator.le, cached, prompt))
+            and min(priority) >= I64_MIN
+            and max(priority) <= I64_MAX
+        )
+
+    def _check_each_request(self) -> None:
+        """Check the requests one by one, raising for the first that breaks a rule."""
+        for i in range(len(self.arrival_s)):
             a = self.arrival_s[i]
             p = self.prompt_tokens[i]
             o = self.output_tokens[i]

@@ -55,6 +55,28 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// Put the token gaps in their canonical form: sorted by value, equal values merged
+    /// (their weights summed). Their order carries nothing a summary reads, and sorted they
+    /// need no sort of indices where they are summarised; the pure loop's gaps are put in
+    /// the same form by the caller.
+    pub fn sort_gaps(&mut self) {
+        let mut runs: Vec<(f64, u64)> = (self.gap_values.iter().copied())
+            .zip(self.gap_weights.iter().copied())
+            .collect();
+        runs.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+        self.gap_values.clear();
+        self.gap_weights.clear();
+        for (value, weight) in runs {
+            match (self.gap_values.last(), self.gap_weights.last_mut()) {
+                (Some(&last), Some(sum)) if last == value => *sum += weight,
+                _ => {
+                    self.gap_values.push(value);
+                    self.gap_weights.push(weight);
+                }
+            }
+        }
+    }
+
     /// Empty records for `n` requests.
     ///
     /// # Errors

@@ -337,6 +337,7 @@ pub fn run_fleet_until(
         }
     }
     sim.gaps.flush(&mut sim.out);
+    sim.out.sort_gaps();
     Ok(sim.out)
 }
 
