@@ -27,6 +27,7 @@ __all__ = [
     "ServingScheduler",
     "Step",
     "__version__",
+    "read_trace",
     "simulate_serving",
 ]
 __version__: str
@@ -406,3 +407,26 @@ def simulate_serving(
     from the main thread): the exception one raises (``KeyboardInterrupt`` for Ctrl-C)
     stops the run and is raised in place of its result.
     """
+
+def read_trace(
+    data: bytes, format: str, unit: float
+) -> (
+    tuple[
+        tuple[float, ...],
+        tuple[int, ...],
+        tuple[int, ...],
+        tuple[int, ...],
+        tuple[int, ...],
+        tuple[int, ...],
+        tuple[int, ...],
+        tuple[tuple[int, ...], ...],
+        int | None,
+    ]
+    | None
+):
+    """The columns of the trace ``data`` (a file's bytes, ``format`` ``"csv"`` or
+    ``"jsonl"``, ``unit`` seconds per number of its time column) as ``(arrival_s,
+    prompt_tokens, output_tokens, cached_tokens, priority, group, session, hash_ids,
+    prefix_tokens)``, or ``None`` when the file is not provably read as
+    ``chunked_prefill.sim.workload``'s Python reader reads it (including every file that
+    reader refuses); ``load_trace`` then reads it with that reader."""

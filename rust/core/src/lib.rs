@@ -58,6 +58,7 @@ pub mod serving;
 pub mod sim;
 mod state;
 mod step;
+pub mod trace;
 
 pub use config::ChunkedPrefillConfig;
 pub use error::{py_float_repr, CoreError};

@@ -8,7 +8,8 @@
 //! One module per family: `convert` (argument conversion and errors, shared by every
 //! class), `config` (`Config`), `values` (`Chunk`, `Step`), `state`
 //! (`PrefillChunkState`), `scheduler` (`Scheduler`), the `serving*` modules (the serving
-//! scheduler's classes) and `sim` (`simulate_serving`, the simulation loop).
+//! scheduler's classes), `sim` (`simulate_serving`, the simulation loop) and `trace`
+//! (`read_trace`, the fast trace reader).
 
 use pyo3::prelude::*;
 
@@ -23,6 +24,7 @@ mod serving_state;
 mod serving_values;
 mod sim;
 mod state;
+mod trace;
 mod values;
 
 use config::PyConfig;
@@ -55,5 +57,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRequestView>()?;
     m.add_class::<PyServingScheduler>()?;
     m.add_function(wrap_pyfunction!(sim::simulate_serving, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::read_trace, m)?)?;
     Ok(())
 }

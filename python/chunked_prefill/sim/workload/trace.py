@@ -1,8 +1,10 @@
 """Trace files as workloads (:func:`load_trace`): CSV or JSON Lines, their column
 aliases and the exact reading rules of every field (errors at ``FILE:LINE: field``).
 
-Every rule of reading a row lives here, so that a faster parser can replace the row
-reading in one place."""
+Every rule of reading a row lives here. The Rust core's reader (``_core.read_trace``,
+``rust/core/src/trace``) reads the common forms fast and leaves to this module's reader,
+the reference, every file it cannot prove it reads the same way, errors included: see
+:func:`_read_fast`."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from decimal import Decimal
+from typing import Any
 
 from .._check import path as check_path
 from .._check import show
@@ -96,10 +99,17 @@ _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 def read_text(name: str) -> str:
     """The UTF-8 text of the trace or steps file ``name`` (a leading BOM dropped), or a
     :class:`TraceError` saying why not (see :mod:`._files`)."""
+    return _decode(name, _read_file(name))
+
+
+def _read_file(name: str) -> bytes:
     try:
-        data = read_bytes(name)
+        return read_bytes(name)
     except FileProblem as err:
         raise TraceError(name, err.line, None, err.problem) from None
+
+
+def _decode(name: str, data: bytes) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
@@ -497,8 +507,17 @@ def load_trace(
     overrides it.
     """
     name = _checked(path, time_unit, format, hash_block, prefix_tokens)
-    text = read_text(name)
-    cols = _rows(name, text, _format_of(name, text, format), _TIME_UNITS[time_unit])
+    data = _read_file(name)
+    fmt = _format_of(name, format)
+    text = None
+    if fmt is None:  # sniffed: JSON Lines when the text opens an object
+        text = _decode(name, data)
+        fmt = "jsonl" if text.lstrip().startswith("{") else "csv"
+    unit = _TIME_UNITS[time_unit]
+    fast = _read_fast(data, fmt, unit)
+    if fast is not None:
+        return _fast_workload(name, fast, hash_block, prefix_tokens)
+    cols = _rows(name, _decode(name, data) if text is None else text, fmt, unit)
     return _workload_of(name, cols, hash_block, prefix_tokens)
 
 
@@ -517,8 +536,8 @@ def _checked(
     return name
 
 
-def _format_of(name: str, text: str, format: str | None) -> str:
-    """``format``, else the suffix's, else sniffed: JSON Lines when the text opens an object."""
+def _format_of(name: str, format: str | None) -> str | None:
+    """``format``, else the suffix's, else ``None`` (to be sniffed from the text)."""
     if format is not None:
         return format
     suffix = os.path.splitext(name)[1].lower()
@@ -526,7 +545,42 @@ def _format_of(name: str, text: str, format: str | None) -> str:
         return "csv"
     if suffix in (".jsonl", ".ndjson", ".json"):
         return "jsonl"
-    return "jsonl" if text.lstrip().startswith("{") else "csv"
+    return None
+
+
+def _read_fast(data: bytes, fmt: str, unit: float) -> tuple[Any, ...] | None:
+    """The columns of the trace ``data`` as the Rust core reads them, or ``None`` when it
+    leaves the file to the reader of this module: any file this reader refuses, and the
+    forms the core does not read (see ``rust/core/src/trace``). This reader is the
+    reference, so its errors are the only ones raised."""
+    try:
+        from ..._core import read_trace
+    except ImportError:  # a source tree without the compiled core
+        return None
+    return read_trace(data, fmt, unit)
+
+
+def _fast_workload(
+    name: str, columns: tuple[Any, ...], hash_block: int, prefix_tokens: int
+) -> Workload:
+    """The workload of the columns :func:`_read_fast` returned, as :func:`_workload_of`
+    builds it from the same file."""
+    arrival, prompt, output, cached, priority, group, session, hash_ids, shared = columns
+    if prefix_tokens == 0 and shared is not None:
+        prefix_tokens = shared
+    return Workload(
+        arrival_s=arrival,
+        prompt_tokens=prompt,
+        output_tokens=output,
+        cached_tokens=cached,
+        priority=priority,
+        source=f"trace {name} ({len(arrival)} requests)",
+        group=group,
+        session=session,
+        hash_ids=hash_ids,
+        prefix_tokens=prefix_tokens if group else 0,
+        hash_block=hash_block,
+    )
 
 
 def _rows(name: str, text: str, fmt: str, unit: float) -> _Columns:
