@@ -28,7 +28,7 @@ PROMPT = 1.0
 the run would take seconds)."""
 
 
-def _long(n: int = 10_000, scale: int = 100) -> Workload:
+def _long(n: int = 40_000, scale: int = 100) -> Workload:
     """A workload whose Rust run takes seconds (outputs stretched, all at t = 0)."""
     base = default_workload(n, seed=7)
     return Workload((0.0,) * n, base.prompt_tokens, tuple(o * scale for o in base.output_tokens))
