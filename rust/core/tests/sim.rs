@@ -76,8 +76,7 @@ fn a_pool_too_small_preempts_at_a_known_step() {
     assert_eq!(out.finish, [5.0, 9.0]);
     assert_eq!(out.max_gap, [1.0, 5.0]);
     // A's four 1 s gaps and B's three, B's 5 s gap over its preemption (sorted by value).
-    assert_eq!(out.gap_values, [1.0, 5.0]);
-    assert_eq!(out.gap_weights, [7, 1]);
+    assert_eq!(out.gaps, [(1.0, 7), (5.0, 1)]);
     assert_eq!(out.kv_peak_blocks, 2);
     assert_eq!(out.kv_block_seconds, 18.0);
     assert_eq!(out.busy_s, 9.0);
@@ -242,8 +241,7 @@ fn idle_time_jumps_to_the_next_arrival_and_the_kv_series_stays_bounded() {
     assert!(out.kv_series_t.len() > chunked_prefill::sim::KV_SERIES_CAP / 2);
     assert_eq!(out.kv_stride, 4);
     assert_eq!(out.kv_series_t[1], 3.5 + 5.0); // the end of step 4
-    assert_eq!(out.gap_values, [1.0]);
-    assert_eq!(out.gap_weights, [9_999]);
+    assert_eq!(out.gaps, [(1.0, 9_999)]);
 }
 
 #[test]

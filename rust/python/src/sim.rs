@@ -39,16 +39,30 @@ fn words<T>(
         .collect())
 }
 
+/// The little-endian words of `values`, written straight into a new `bytes` (a long run's
+/// token gaps are tens of megabytes: no copy of them in between).
 fn to_bytes<'py, T: Copy>(
     py: Python<'py>,
-    values: &[T],
+    values: impl ExactSizeIterator<Item = T>,
     conv: fn(T) -> [u8; 8],
-) -> Bound<'py, PyBytes> {
-    let mut out = Vec::with_capacity(values.len() * 8);
-    for &v in values {
-        out.extend_from_slice(&conv(v));
-    }
-    PyBytes::new(py, &out)
+) -> PyResult<Bound<'py, PyBytes>> {
+    PyBytes::new_with(py, values.len() * 8, |buf| {
+        for (word, v) in buf.chunks_exact_mut(8).zip(values) {
+            word.copy_from_slice(&conv(v));
+        }
+        Ok(())
+    })
+}
+
+/// [`to_bytes`] of a column of the outcome, which is freed at once: the run's records and
+/// their Python copies are never all held together.
+fn take_bytes<'py, T: Copy>(
+    py: Python<'py>,
+    column: &mut Vec<T>,
+    conv: fn(T) -> [u8; 8],
+) -> PyResult<Bound<'py, PyBytes>> {
+    let values = std::mem::take(column);
+    to_bytes(py, values.into_iter(), conv)
 }
 
 /// Run the serving simulation loop; see ``chunked_prefill.sim.serving`` for the meaning of
@@ -151,7 +165,7 @@ pub(crate) fn simulate_serving<'py>(
         SimError::OutOfMemory { .. } => PyMemoryError::new_err(e.to_string()),
         _ => PyValueError::new_err(e.to_string()),
     })?;
-    outcome_dict(py, &outcome)
+    outcome_dict(py, outcome)
 }
 
 /// How often a run takes the GIL back to run signal handlers: well under a human's notice
@@ -286,22 +300,30 @@ fn fleet(replicas: usize, router: &str) -> PyResult<Fleet> {
     Ok(Fleet { replicas, router })
 }
 
-fn outcome_dict<'py>(py: Python<'py>, o: &Outcome) -> PyResult<Bound<'py, PyDict>> {
+fn outcome_dict<'py>(py: Python<'py>, mut o: Outcome) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     let f = |v: f64| v.to_le_bytes();
     let u = |v: u64| v.to_le_bytes();
-    d.set_item("admitted", to_bytes(py, &o.admitted, f))?;
-    d.set_item("first_token", to_bytes(py, &o.first_token, f))?;
-    d.set_item("finish", to_bytes(py, &o.finish, f))?;
-    d.set_item("max_gap", to_bytes(py, &o.max_gap, f))?;
-    d.set_item("cached_tokens", to_bytes(py, &o.cached_tokens, u))?;
-    d.set_item("preemptions", to_bytes(py, &o.preemptions, u))?;
-    d.set_item("recomputed_tokens", to_bytes(py, &o.recomputed_tokens, u))?;
-    d.set_item("replica", to_bytes(py, &o.replica, u))?;
-    d.set_item("gap_values", to_bytes(py, &o.gap_values, f))?;
-    d.set_item("gap_weights", to_bytes(py, &o.gap_weights, u))?;
-    d.set_item("kv_series_t", to_bytes(py, &o.kv_series_t, f))?;
-    d.set_item("kv_series_blocks", to_bytes(py, &o.kv_series_blocks, u))?;
+    let gaps = std::mem::take(&mut o.gaps);
+    d.set_item("gap_values", to_bytes(py, gaps.iter().map(|g| g.0), f)?)?;
+    d.set_item("gap_weights", to_bytes(py, gaps.iter().map(|g| g.1), u)?)?;
+    drop(gaps);
+    d.set_item("admitted", take_bytes(py, &mut o.admitted, f)?)?;
+    d.set_item("first_token", take_bytes(py, &mut o.first_token, f)?)?;
+    d.set_item("finish", take_bytes(py, &mut o.finish, f)?)?;
+    d.set_item("max_gap", take_bytes(py, &mut o.max_gap, f)?)?;
+    d.set_item("cached_tokens", take_bytes(py, &mut o.cached_tokens, u)?)?;
+    d.set_item("preemptions", take_bytes(py, &mut o.preemptions, u)?)?;
+    d.set_item(
+        "recomputed_tokens",
+        take_bytes(py, &mut o.recomputed_tokens, u)?,
+    )?;
+    d.set_item("replica", take_bytes(py, &mut o.replica, u)?)?;
+    d.set_item("kv_series_t", take_bytes(py, &mut o.kv_series_t, f)?)?;
+    d.set_item(
+        "kv_series_blocks",
+        take_bytes(py, &mut o.kv_series_blocks, u)?,
+    )?;
     d.set_item("steps", o.steps)?;
     d.set_item("prefill_tokens", o.prefill_tokens)?;
     d.set_item("decode_tokens", o.decode_tokens)?;

@@ -27,11 +27,10 @@ pub struct Outcome {
     pub recomputed_tokens: Vec<u64>,
     /// The replica the router sent it to (0 with one replica).
     pub replica: Vec<u64>,
-    /// Token gaps, run-length coded: `gap_values[k]` occurred `gap_weights[k]` times in a
-    /// row (the requests of one step that were all served in the step before share one).
-    pub gap_values: Vec<f64>,
-    /// See `gap_values`.
-    pub gap_weights: Vec<u64>,
+    /// Token gaps, run-length coded: `(gap, count)`, the gap seen `count` times (the decodes
+    /// of one step that sampled in the step before share one run); sorted by gap, equal gaps
+    /// merged, once the run ends ([`Outcome::sort_gaps`]).
+    pub gaps: Vec<(f64, u64)>,
     /// Engine steps run (steps that computed something).
     pub steps: u64,
     /// Prefill tokens computed, recomputation included.
@@ -60,21 +59,14 @@ impl Outcome {
     /// need no sort of indices where they are summarised; the pure loop's gaps are put in
     /// the same form by the caller.
     pub fn sort_gaps(&mut self) {
-        let mut runs: Vec<(f64, u64)> = (self.gap_values.iter().copied())
-            .zip(self.gap_weights.iter().copied())
-            .collect();
-        runs.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
-        self.gap_values.clear();
-        self.gap_weights.clear();
-        for (value, weight) in runs {
-            match (self.gap_values.last(), self.gap_weights.last_mut()) {
-                (Some(&last), Some(sum)) if last == value => *sum += weight,
-                _ => {
-                    self.gap_values.push(value);
-                    self.gap_weights.push(weight);
-                }
+        self.gaps.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+        self.gaps.dedup_by(|later, kept| {
+            let equal = later.0 == kept.0;
+            if equal {
+                kept.1 += later.1;
             }
-        }
+            equal
+        });
     }
 
     /// Empty records for `n` requests.

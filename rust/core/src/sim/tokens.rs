@@ -134,12 +134,9 @@ impl GapRun {
         if self.weight == 0 {
             return;
         }
-        match (out.gap_values.last(), out.gap_weights.last_mut()) {
-            (Some(&last), Some(weight)) if last == self.value => *weight += self.weight,
-            _ => {
-                out.gap_values.push(self.value);
-                out.gap_weights.push(self.weight);
-            }
+        match out.gaps.last_mut() {
+            Some((last, weight)) if *last == self.value => *weight += self.weight,
+            _ => out.gaps.push((self.value, self.weight)),
         }
         self.weight = 0;
     }
