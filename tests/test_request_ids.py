@@ -153,29 +153,6 @@ def test_repr_quotes_str_ids(serving_backend: ModuleType) -> None:
     assert repr(s.request("a'b")).startswith("""RequestView(request_id="a'b", state=""")
 
 
-def test_int_ids_come_back_as_the_callers_objects(serving_backend: ModuleType) -> None:
-    """A plain int id is handed back as the caller's own object (an int subclass as a plain
-    int equal to it), in every place a batch and ``update`` name it."""
-
-    class Big(int):
-        pass
-
-    b = serving_backend
-    s = b.ServingScheduler(b.ServingConfig(num_blocks=8, block_size=4))
-    plain, sub = int("1" * 19), Big(7)  # made at run time: no two equal ints are one object
-    s.add_request(plain, [1, 2], 2)
-    s.add_request(sub, [3, 4], 1)
-    batch = s.schedule()
-    first, second = batch.request_ids
-    assert first is plain and batch.sampling_ids[0] is plain and batch.items[0].request_id is plain
-    assert type(second) is int and second == 7
-    (done,) = s.update(batch, token_ids=[5, 6])
-    assert type(done) is int and done == 7
-    batch = s.schedule()
-    assert batch.sampling_ids[0] is plain
-    assert s.update(batch)[0] is plain
-
-
 def test_str_subclass_comes_back_as_str(serving_backend: ModuleType) -> None:
     class Name(str):
         def __hash__(self) -> int:

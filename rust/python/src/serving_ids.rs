@@ -24,16 +24,8 @@ use crate::convert::{core_err_text, looked_up, slow_check};
 /// `int` or `str` (an int never equals a str, so `1` and `"1"` are two requests).
 #[derive(Clone)]
 pub(crate) enum Id {
-    Int(IntId),
+    Int(u64),
     Str(Arc<StrId>),
-}
-
-/// An int id: its value and an int object holding it (the caller's own, for a plain int),
-/// which is what is given back: a batch's ids are handed out without making an int each.
-#[derive(Clone)]
-pub(crate) struct IntId {
-    value: u64,
-    obj: Arc<Py<PyAny>>,
 }
 
 /// A str id: its text as UTF-8 (lone surrogates as `surrogatepass` encodes them, so distinct
@@ -46,7 +38,7 @@ pub(crate) struct StrId {
 impl PartialEq for Id {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
-            (Self::Int(a), Self::Int(b)) => a.value == b.value,
+            (Self::Int(a), Self::Int(b)) => a == b,
             (Self::Str(a), Self::Str(b)) => a.key == b.key,
             _ => false,
         }
@@ -58,7 +50,7 @@ impl Eq for Id {}
 impl Hash for Id {
     fn hash<H: Hasher>(&self, state: &mut H) {
         match self {
-            Self::Int(v) => (0u8, v.value).hash(state),
+            Self::Int(v) => (0u8, v).hash(state),
             Self::Str(s) => (1u8, &s.key).hash(state),
         }
     }
@@ -68,7 +60,9 @@ impl Id {
     /// The id as Python sees it: a plain int, or the caller's str.
     pub(crate) fn to_object<'py>(&self, py: Python<'py>) -> Bound<'py, PyAny> {
         match self {
-            Self::Int(v) => v.obj.bind(py).clone(),
+            Self::Int(v) => v
+                .into_pyobject(py)
+                .map_or_else(|e| match e {}, Bound::into_any),
             Self::Str(s) => s.obj.bind(py).clone().into_any(),
         }
     }
@@ -76,7 +70,7 @@ impl Id {
     /// `repr(id)`, as messages and reprs print it (an int's is its digits).
     pub(crate) fn repr(&self, py: Python<'_>) -> PyResult<String> {
         match self {
-            Self::Int(v) => Ok(v.value.to_string()),
+            Self::Int(v) => Ok(v.to_string()),
             Self::Str(s) => Ok(s.obj.bind(py).repr()?.to_cow()?.into_owned()),
         }
     }
@@ -102,8 +96,7 @@ fn str_id(s: &Bound<'_, PyString>) -> PyResult<Id> {
 pub(crate) fn to_id(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Id> {
     if obj.is_exact_instance_of::<PyInt>() {
         if let Ok(value) = obj.extract::<u64>() {
-            let obj = Arc::new(obj.clone().unbind());
-            return Ok(Id::Int(IntId { value, obj }));
+            return Ok(Id::Int(value));
         }
     }
     if let Ok(s) = obj.cast_exact::<PyString>() {
@@ -112,15 +105,7 @@ pub(crate) fn to_id(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<Id> {
     let value = slow_check("as_request_id", name, obj)?;
     match value.cast_exact::<PyString>() {
         Ok(s) => str_id(s),
-        Err(_) => {
-            // An int subclass or an `__index__` type: given back as a plain int.
-            let value: u64 = value.extract()?;
-            let obj = value.into_pyobject(obj.py())?.into_any().unbind();
-            Ok(Id::Int(IntId {
-                value,
-                obj: Arc::new(obj),
-            }))
-        }
+        Err(_) => Ok(Id::Int(value.extract()?)),
     }
 }
 
@@ -275,7 +260,7 @@ impl Failure {
             let id = name(*core)?;
             // An int id prints as the core prints it; a str's place is filled in `into_py`.
             *core = match id {
-                Id::Int(ref v) => v.value,
+                Id::Int(v) => v,
                 Id::Str(_) => 0,
             };
             Some(id)
