@@ -5,9 +5,10 @@
 //! queue, registrations; it knows nothing of requests) and its content tree (the block
 //! contents the prefix cache knows, compared instead of hashed; `content_tree.rs`); the
 //! content hash chain, computed when a hash is asked for; the request record;
-//! the request slab; [`ServingScheduler`]'s state and request lifecycle, its step rule
-//! (`step.rs`), its `update` (`update.rs`) and invariant checks; [`Batch`], the plan of one
-//! step.
+//! the request slab; the decode group (`group.rs`: the running requests that only decode,
+//! advanced by a clock and visited at their events); [`ServingScheduler`]'s state and request
+//! lifecycle, its step rule (`step.rs`), its `update` (`update.rs`) and invariant checks;
+//! [`Batch`], the plan of one step.
 //!
 //! # The rule of one step
 //!
