@@ -22,7 +22,7 @@ use super::router::{outstanding, Fleet, Router};
 use super::step::StepModel;
 use super::tokens::{GapRun, StepGaps, Track};
 use super::workload::Workload;
-use crate::serving::{Prompt, ServingConfig, ServingScheduler, TokenIds};
+use crate::serving::{Batch, Prompt, ServingConfig, ServingScheduler, TokenIds};
 use crate::CoreError;
 
 /// What a run needs beside the workload.
@@ -539,39 +539,26 @@ impl Loop<'_> {
                 self.sampled.push(plan.token(i, at, prompt));
             }
         }
-        // This step's silent decodes: a chunk of the step before left them one token to
-        // compute without sampling (unless preempted since). Rank order, as their items.
-        let mut silent = std::mem::take(&mut self.silent_now);
-        silent.clear();
-        let tracks = &self.tracks;
-        silent.extend(replica.silent.drain(..).filter(|&i| tracks[i].silent));
-        silent.sort_by_key(|&i| replica.sched.rank_of(i as u64));
-        // This step's chunks that leave one token so: their decode is the next step's.
-        for &(i, now) in &replica.chunks {
-            let track = &mut self.tracks[i];
-            if now + 1 == wl.prompt_tokens[i] + track.emitted {
-                track.silent = true;
-                replica.silent.push(i);
-            }
-        }
-        let decodes = batch.num_decode_tokens() as u64;
-        let run = decodes - silent.len() as u64;
-        if run > 0 {
-            let gap = end - replica.gaps.last_end;
-            self.gaps.add(gap, run, out);
-            replica.gaps.push(step, gap);
-        }
-        let listed = if batch.is_lean() { 0 } else { decodes as usize };
-        let others = silent.iter().copied();
-        let others = others.chain(batch.sampling_ids()[listed..].iter().map(|&id| id as usize));
-        for i in others {
-            let track = &mut self.tracks[i];
-            track.sampled(end, &mut self.gaps, out, i);
-            track.join(step);
-        }
-        self.silent_now = silent;
+        let (decodes, listed) = record_samples(
+            Sampled {
+                batch,
+                step,
+                end,
+                prompts: &wl.prompt_tokens,
+            },
+            Recorder {
+                replica_gaps: &mut replica.gaps,
+                replica_silent: &mut replica.silent,
+                chunks: &replica.chunks,
+                sched: &replica.sched,
+            },
+            &mut self.tracks,
+            &mut self.silent_now,
+            &mut self.gaps,
+            out,
+        );
         // One outstanding token less per token sampled.
-        let sampled = decodes as usize + batch.sampling_ids().len() - listed;
+        let sampled = decodes + batch.sampling_ids().len() - listed;
         replica.load -= sampled as u128;
         let ids = if plan.known.is_empty() {
             TokenIds::None
@@ -595,4 +582,65 @@ impl Loop<'_> {
         self.fleet_used = self.fleet_used - replica.held + held;
         replica.held = held;
     }
+}
+
+/// What a completed step sampled.
+struct Sampled<'a> {
+    batch: &'a Batch,
+    /// The step's index on its replica, and when it ended.
+    step: u64,
+    end: f64,
+    prompts: &'a [u64],
+}
+
+/// The replica's parts that record it.
+struct Recorder<'a> {
+    replica_gaps: &'a mut StepGaps,
+    replica_silent: &'a mut Vec<usize>,
+    chunks: &'a [(usize, u64)],
+    sched: &'a ServingScheduler,
+}
+
+/// Record the tokens a completed step sampled (see `tokens.rs`): the run of the decodes that
+/// sampled in the step before, then the others (this step's silent decodes, in rank order,
+/// then the prefill items that sampled, in item order). Returns the step's decodes and how
+/// many of them its batch lists.
+fn record_samples(
+    s: Sampled<'_>,
+    r: Recorder<'_>,
+    tracks: &mut [Track],
+    scratch: &mut Vec<usize>,
+    runs: &mut GapRun,
+    out: &mut Outcome,
+) -> (usize, usize) {
+    // This step's silent decodes: a chunk of the step before left them one token to compute
+    // without sampling (unless preempted since). Rank order, as their items.
+    scratch.clear();
+    scratch.extend(r.replica_silent.drain(..).filter(|&i| tracks[i].silent));
+    scratch.sort_by_key(|&i| r.sched.rank_of(i as u64));
+    // This step's chunks that leave one token so: their decode is the next step's.
+    for &(i, now) in r.chunks {
+        let track = &mut tracks[i];
+        if now + 1 == s.prompts[i] + track.emitted {
+            track.silent = true;
+            r.replica_silent.push(i);
+        }
+    }
+    let decodes = s.batch.num_decode_tokens();
+    let run = (decodes - scratch.len()) as u64;
+    if run > 0 {
+        let gap = s.end - r.replica_gaps.last_end;
+        runs.add(gap, run, out);
+        r.replica_gaps.push(s.step, gap);
+    }
+    let listed = if s.batch.is_lean() { 0 } else { decodes };
+    let prefills = s.batch.sampling_ids()[listed..]
+        .iter()
+        .map(|&id| id as usize);
+    for i in scratch.iter().copied().chain(prefills) {
+        let track = &mut tracks[i];
+        track.sampled(s.end, runs, out, i);
+        track.join(s.step);
+    }
+    (decodes, listed)
 }
