@@ -134,9 +134,10 @@ impl Group {
         }
     }
 
-    /// Whether `finish` belongs to the current membership of `request`.
-    pub(super) fn is_live(finish: &Finish, request: &Request) -> bool {
-        request.in_group() && request.joins == finish.joins && request.rank() == finish.rank
+    /// Whether an event of the membership `(rank, joins)` belongs to the current membership
+    /// of `request` (the request in its slot).
+    pub(super) fn is_live(rank: Rank, joins: u32, request: &Request) -> bool {
+        request.in_group() && request.joins == joins && request.rank() == rank
     }
 
     /// The members whose token fills a block at this tick, into `out` in rank order; their
@@ -151,8 +152,8 @@ impl Group {
         let mut bucket = std::mem::take(&mut self.wheel[at]);
         let moved = &mut self.moved;
         bucket.retain_mut(|fill| {
-            let live = (requests.at(fill.slot))
-                .is_some_and(|r| r.in_group() && r.joins == fill.joins && r.rank() == fill.rank);
+            let live =
+                (requests.at(fill.slot)).is_some_and(|r| Self::is_live(fill.rank, fill.joins, r));
             if !live || fill.due != clock {
                 return live; // stale, or due at a later turn of the wheel
             }

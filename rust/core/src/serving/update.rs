@@ -263,9 +263,9 @@ impl ServingScheduler {
             let Some(finish) = finish else {
                 break;
             };
-            let live = (self.requests.at(finish.slot)).is_some_and(|r| Group::is_live(&finish, r));
-            if live {
-                let id = self.requests.at(finish.slot).map_or(0, |r| r.id);
+            let live = (self.requests.at(finish.slot))
+                .filter(|r| Group::is_live(finish.rank, finish.joins, r));
+            if let Some(id) = live.map(|r| r.id) {
                 self.finished_out.push(id);
                 let _ = self.forget(id);
             }
