@@ -62,7 +62,7 @@ class Percentiles:
             v = np.sort(values)
             w = np.ones(v.size, dtype=np.int64)
             mean_of = (v, w)
-        elif values.size < 2 or bool(np.all(values[1:] > values[:-1])):
+        elif strictly_increasing(values):
             # Sorted runs of distinct values (a serving run's gaps): nothing to sort.
             v, w = values, weights
             mean_of = (values, weights)
@@ -84,6 +84,13 @@ class Percentiles:
         # count (Ray workers run with one thread), which changed the last bit between hosts.
         mean = float(np.sum(mean_of[0] * mean_of[1].astype(np.float64)) / total)
         return cls(total, mean, pick(50), pick(90), pick(99), float(v[-1]))
+
+
+def strictly_increasing(values: npt.NDArray[np.float64]) -> bool:
+    """Whether ``values`` are sorted with no value twice (a serving run's token gap runs)."""
+    import numpy as np
+
+    return values.size < 2 or bool(np.all(values[1:] > values[:-1]))
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from ..workload.types import Workload
-from .results import Percentiles, ServingStats, SimResult
+from .results import Percentiles, ServingStats, SimResult, strictly_increasing
 from .steady import slo_met, steady_mask, steady_state, wilson_interval
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ def canonical_runs(
     so; the pure loop's are put so here): both backends summarise the same arrays."""
     import numpy as np
 
-    if values.size < 2 or bool(np.all(values[1:] > values[:-1])):
+    if strictly_increasing(values):
         return values, weights
     order = np.argsort(values, kind="stable")
     v, w = values[order], weights[order]
