@@ -280,7 +280,7 @@ def test_the_binding_refuses_bad_fleets_too() -> None:
         "engine": (1.0, 0.0, 0.0, 0.0, 0.0, 0.0),
         "max_steps": 10,
     }
-    arrays = (np.zeros(1).tobytes(), np.ones(1, "<u8").tobytes(), np.ones(1, "<u8").tobytes())
+    arrays = ((0.0,), (1,), (1,))
     rest = (b"", b"", 0, b"", b"", 0, b"", b"")
     with pytest.raises(ValueError, match=r"^replicas must be at least 1, got 0$"):
         _core.simulate_serving(*arrays, *rest, replicas=0, **args)

@@ -34,14 +34,12 @@ def _long(n: int = 40_000, scale: int = 100) -> Workload:
     return Workload((0.0,) * n, base.prompt_tokens, tuple(o * scale for o in base.output_tokens))
 
 
-def _raw(workload: Workload) -> tuple[tuple[bytes | int, ...], dict[str, Any]]:
+def _raw(workload: Workload) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The arguments of ``_core.simulate_serving`` for a plain workload (no token ids)."""
-    import numpy as np
-
     args = (
-        np.asarray(workload.arrival_s, "<f8").tobytes(),
-        np.asarray(workload.prompt_tokens, "<u8").tobytes(),
-        np.asarray(workload.output_tokens, "<u8").tobytes(),
+        workload.arrival_s,
+        workload.prompt_tokens,
+        workload.output_tokens,
         b"",
         b"",
         0,

@@ -370,9 +370,9 @@ class ServingScheduler:
     def __contains__(self, key: object, /) -> bool: ...
 
 def simulate_serving(
-    arrival_s: bytes,
-    prompt_tokens: bytes,
-    output_tokens: bytes,
+    arrival_s: Sequence[float],
+    prompt_tokens: Sequence[int],
+    output_tokens: Sequence[int],
     priority: bytes,
     known: bytes,
     prefix_tokens: int,
@@ -398,8 +398,10 @@ def simulate_serving(
 ) -> dict[str, Any]:
     """Run the serving simulation loop of the core (``chunked_prefill.sim.serving``).
 
-    Arrays are little-endian 8-byte values (``numpy.ndarray.tobytes()``); the records come
-    back as bytes for ``numpy.frombuffer`` and ints/floats. ``roofline`` (the 17
+    Arrivals and lengths are the workload's columns, the other arrays little-endian 8-byte
+    values (``numpy.ndarray.tobytes()``); the records come back as bytes for
+    ``numpy.frombuffer`` (``cached_tokens``, ``preemptions``, ``recomputed_tokens`` and
+    ``replica`` empty when every request's is 0) and ints/floats. ``roofline`` (the 17
     coefficients of ``chunked_prefill.sim.roofline.COEFFICIENTS``) replaces the linear
     ``engine`` by the roofline model.
 

@@ -78,9 +78,9 @@ fn take_bytes<'py, T: Copy>(
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn simulate_serving<'py>(
     py: Python<'py>,
-    arrival_s: &[u8],
-    prompt_tokens: &[u8],
-    output_tokens: &[u8],
+    arrival_s: Vec<f64>,
+    prompt_tokens: Vec<u64>,
+    output_tokens: Vec<u64>,
     priority: &[u8],
     known: &[u8],
     prefix_tokens: u64,
@@ -104,12 +104,21 @@ pub(crate) fn simulate_serving<'py>(
     router: &str,
 ) -> PyResult<Bound<'py, PyDict>> {
     let fleet = fleet(replicas, router)?;
-    let arrival = words("arrival_s", arrival_s, None, f64::from_le_bytes)?;
-    let n = Some(arrival.len());
-    let optional = |len: usize| (len > 0).then_some(arrival.len());
+    let n = arrival_s.len();
+    for (name, len) in [
+        ("prompt_tokens", prompt_tokens.len()),
+        ("output_tokens", output_tokens.len()),
+    ] {
+        if len != n {
+            return Err(PyValueError::new_err(format!(
+                "{name} must hold {n} values (one per arrival), got {len}"
+            )));
+        }
+    }
+    let optional = |len: usize| (len > 0).then_some(n);
     let workload = Workload {
-        prompt_tokens: words("prompt_tokens", prompt_tokens, n, u64::from_le_bytes)?,
-        output_tokens: words("output_tokens", output_tokens, n, u64::from_le_bytes)?,
+        prompt_tokens,
+        output_tokens,
         priority: words(
             "priority",
             priority,
@@ -135,7 +144,7 @@ pub(crate) fn simulate_serving<'py>(
             )?,
             hash_ids: words("hash_ids", hash_ids, None, u64::from_le_bytes)?,
         },
-        arrival_s: arrival,
+        arrival_s,
     };
     check_token_plan(&workload, known.len())?;
     let options = SimOptions {
@@ -312,13 +321,19 @@ fn outcome_dict<'py>(py: Python<'py>, mut o: Outcome) -> PyResult<Bound<'py, PyD
     d.set_item("first_token", take_bytes(py, &mut o.first_token, f)?)?;
     d.set_item("finish", take_bytes(py, &mut o.finish, f)?)?;
     d.set_item("max_gap", take_bytes(py, &mut o.max_gap, f)?)?;
-    d.set_item("cached_tokens", take_bytes(py, &mut o.cached_tokens, u)?)?;
-    d.set_item("preemptions", take_bytes(py, &mut o.preemptions, u)?)?;
-    d.set_item(
-        "recomputed_tokens",
-        take_bytes(py, &mut o.recomputed_tokens, u)?,
-    )?;
-    d.set_item("replica", take_bytes(py, &mut o.replica, u)?)?;
+    // Counts that are all 0 (no cache hit, no preemption, one replica) come back empty: the
+    // caller's zeros take no memory until written, 8 MB a million requests each.
+    for (key, column) in [
+        ("cached_tokens", &mut o.cached_tokens),
+        ("preemptions", &mut o.preemptions),
+        ("recomputed_tokens", &mut o.recomputed_tokens),
+        ("replica", &mut o.replica),
+    ] {
+        if column.iter().all(|&v| v == 0) {
+            column.clear();
+        }
+        d.set_item(key, take_bytes(py, column, u)?)?;
+    }
     d.set_item("kv_series_t", take_bytes(py, &mut o.kv_series_t, f)?)?;
     d.set_item(
         "kv_series_blocks",

@@ -58,10 +58,18 @@ class Percentiles:
             w = np.ones(v.size, dtype=np.int64) if weights is None else weights[order]
             mean_of = (v, w)
         elif weights is None:
-            # Equal values are equal bits here: any sort gives the stable sort's array.
+            # Equal values are equal bits here: any sort gives the stable sort's array. Each
+            # counted once, the q-th percentile is at index ceil(q n / 100) - 1 and the mean
+            # is the plain sum's (the same pairwise sum as of ``v * 1.0``), with no array of
+            # weights beside a million values.
             v = np.sort(values)
-            w = np.ones(v.size, dtype=np.int64)
-            mean_of = (v, w)
+            n = int(v.size)
+            mean = float(np.sum(v) / n)
+
+            def at(q: int) -> float:
+                return float(v[-(-q * n // 100) - 1])
+
+            return cls(n, mean, at(50), at(90), at(99), float(v[-1]))
         elif strictly_increasing(values):
             # Sorted runs of distinct values (a serving run's gaps): nothing to sort.
             v, w = values, weights
@@ -75,14 +83,16 @@ class Percentiles:
             mean_of = (values, weights)
         cw = np.cumsum(w, dtype=np.int64)
         total = int(cw[-1])
-        scaled = cw * 100
 
         def pick(q: int) -> float:
-            return float(v[int(np.searchsorted(scaled, q * total, side="left"))])
+            # The first value whose cumulative weight reaches q % of the total:
+            # cw * 100 >= q * total, for integers cw >= ceil(q * total / 100).
+            return float(v[int(np.searchsorted(cw, -(-q * total // 100), side="left"))])
 
         # numpy's own pairwise sum, not np.dot: BLAS splits a dot product by its thread
         # count (Ray workers run with one thread), which changed the last bit between hosts.
-        mean = float(np.sum(mean_of[0] * mean_of[1].astype(np.float64)) / total)
+        # The product casts the weights as it goes (no float copy of them).
+        mean = float(np.sum(np.multiply(*mean_of, dtype=np.float64)) / total)
         return cls(total, mean, pick(50), pick(90), pick(99), float(v[-1]))
 
 

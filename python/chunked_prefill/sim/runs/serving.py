@@ -270,9 +270,11 @@ def _run_rust(
             engine.c_chunk_sq_s,
         )
     raw: dict[str, Any] = _core.simulate_serving(
-        _bytes(workload.arrival_s, "<f8"),
-        _bytes(workload.prompt_tokens, "<u8"),
-        _bytes(workload.output_tokens, "<u8"),
+        # The columns themselves, read into the core's vectors: a copy in bytes would live
+        # as long as the run (24 MB a million requests).
+        workload.arrival_s,
+        workload.prompt_tokens,
+        workload.output_tokens,
         _bytes(workload.priority, "<i8") if any(workload.priority) else b"",
         bytes(plan.known),
         plan.prefix_tokens,
@@ -289,8 +291,12 @@ def _run_rust(
         **options,
     )
     floats = ("admitted", "first_token", "finish", "max_gap", "gap_values", "kv_series_t")
+    counts = ("cached_tokens", "preemptions", "recomputed_tokens", "replica")
     for key, value in list(raw.items()):
-        if isinstance(value, bytes):
+        if key in counts and not value:
+            # All 0: zeros that take no memory until written.
+            raw[key] = np.zeros(len(workload), dtype="<u8")
+        elif isinstance(value, bytes):
             raw[key] = np.frombuffer(value, dtype="<f8" if key in floats else "<u8")
     return raw
 
@@ -480,6 +486,6 @@ def _run_one(
     arrays = {k: np.asarray(v) for k, v in raw.items() if isinstance(v, (list, np.ndarray))}
     result = summarise(workload, cfg, options, engine, raw, arrays, spec)
     assert result.serving is not None
-    replica = arrays["replica"].astype(np.uint64)
+    replica = arrays["replica"].astype(np.uint64, copy=False)
     stats = replace(result.serving, replicas=spec.replicas, router=spec.router, replica=replica)
     return replace(result, serving=stats)

@@ -46,9 +46,11 @@ def summarise(
     """The result of one run from the loop's records ``raw`` (``a``: its arrays)."""
     import numpy as np
 
+    # No copies of the loop's arrays (read-only views of its bytes): a million requests'
+    # columns are 8 MB each, and the summary's peak is the run's.
     arrival = np.asarray(workload.arrival_s, dtype=np.float64)
-    first = a["first_token"].astype(np.float64)
-    finish = a["finish"].astype(np.float64)
+    first = a["first_token"].astype(np.float64, copy=False)
+    finish = a["finish"].astype(np.float64, copy=False)
     gaps, weights = canonical_runs(
         a["gap_values"].astype(np.float64, copy=False),
         a["gap_weights"].astype(np.int64, copy=False),
@@ -71,13 +73,13 @@ def summarise(
         output_tokens=total_out,
         engine=engine,
         arrival=arrival,
-        admitted=a["admitted"].astype(np.float64),
+        admitted=a["admitted"].astype(np.float64, copy=False),
         first_token=first,
         finish=finish,
         prefilled=np.zeros(len(workload), dtype=np.int64),
         tbt_gaps=gaps,
         tbt_weights=weights,
-        serving=_serving_stats(workload, options, raw, a, spec, span),
+        serving=_serving_stats(workload, options, raw, a, spec, (arrival, first, finish, span)),
     )
 
 
@@ -87,17 +89,16 @@ def _serving_stats(
     raw: dict[str, Any],
     a: dict[str, Any],
     spec: RunSpec,
-    span: float,
+    at: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64], float],
 ) -> ServingStats:
     """The serving scheduler's figures of one run: queueing, preemption, the prefix cache,
-    the KV pool, and the SLOs over the steady part."""
+    the KV pool, and the SLOs over the steady part (``at``: the arrival, first token and
+    finish columns and the run's span, as :func:`summarise` has them)."""
     import numpy as np
 
-    arrival = np.asarray(workload.arrival_s, dtype=np.float64)
-    first = a["first_token"].astype(np.float64)
-    finish = a["finish"].astype(np.float64)
-    admitted = a["admitted"].astype(np.float64)
-    max_gap = a["max_gap"].astype(np.float64)
+    arrival, first, finish, span = at
+    admitted = a["admitted"].astype(np.float64, copy=False)
+    max_gap = a["max_gap"].astype(np.float64, copy=False)
     output = np.asarray(workload.output_tokens, dtype=np.int64)
     total_in = sum(workload.prompt_tokens)
     pool = options["num_blocks"]
@@ -124,7 +125,7 @@ def _serving_stats(
         kv_series_t=a["kv_series_t"].astype(np.float64),
         kv_series_blocks=a["kv_series_blocks"].astype(np.uint64),
         max_gap=max_gap,
-        preempted=a["preemptions"].astype(np.uint64),
+        preempted=a["preemptions"].astype(np.uint64, copy=False),
     )
 
 

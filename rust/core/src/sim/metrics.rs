@@ -69,7 +69,8 @@ impl Outcome {
         });
     }
 
-    /// Empty records for `n` requests.
+    /// Empty records for `n` requests. The columns of zeros take memory only where the
+    /// run writes them, and it writes no zero.
     ///
     /// # Errors
     ///
@@ -79,11 +80,11 @@ impl Outcome {
             admitted: filled(n, f64::NAN)?,
             first_token: filled(n, f64::NAN)?,
             finish: filled(n, f64::NAN)?,
-            max_gap: filled(n, 0.0)?,
-            cached_tokens: filled(n, 0)?,
-            preemptions: filled(n, 0)?,
-            recomputed_tokens: filled(n, 0)?,
-            replica: filled(n, 0)?,
+            max_gap: zeros(n)?,
+            cached_tokens: zeros(n)?,
+            preemptions: zeros(n)?,
+            recomputed_tokens: zeros(n)?,
+            replica: zeros(n)?,
             kv_stride: 1,
             ..Self::default()
         })
@@ -118,6 +119,15 @@ fn filled<T: Clone>(n: usize, value: T) -> Result<Vec<T>, TryReserveError> {
     values.try_reserve_exact(n)?;
     values.resize(n, value);
     Ok(values)
+}
+
+/// `n` zeros, or the allocation's failure. `vec!` takes numbers' zeros from the allocator's
+/// zeroed memory (`calloc`), which the system maps only where a value is written: the counts
+/// most runs leave at 0 (preemptions, replicas of a single engine) then take no memory.
+fn zeros<T: Clone + Default>(n: usize) -> Result<Vec<T>, TryReserveError> {
+    // The same size asked fallibly first, then released: `vec!` would abort instead.
+    Vec::<T>::new().try_reserve_exact(n)?;
+    Ok(vec![T::default(); n])
 }
 
 /// Keep the points at even positions.

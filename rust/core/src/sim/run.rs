@@ -193,7 +193,7 @@ struct Loop<'a> {
     router: Router,
     replicas: Vec<Replica>,
     out: Outcome,
-    /// Arrival order and the next request in it not yet routed.
+    /// Arrival order (empty: the workload's) and the next request in it not yet routed.
     order: Vec<usize>,
     next: usize,
     /// Per request, in workload order.
@@ -336,9 +336,17 @@ pub fn run_fleet_until(
             }
         }
     }
-    sim.gaps.flush(&mut sim.out);
-    sim.out.sort_gaps();
-    Ok(sim.out)
+    // The records are dropped first: putting the gaps in order is the run's peak.
+    let Loop {
+        mut out,
+        gaps,
+        tracks,
+        replicas,
+        ..
+    } = sim;
+    drop((tracks, replicas));
+    gaps.finish(&mut out);
+    Ok(out)
 }
 
 impl Loop<'_> {
@@ -362,9 +370,18 @@ impl Loop<'_> {
         Ok(())
     }
 
+    /// The next request to arrive, if any.
+    fn next_arrival(&self) -> Option<usize> {
+        if self.order.is_empty() {
+            (self.next < self.workload.len()).then_some(self.next)
+        } else {
+            self.order.get(self.next).copied()
+        }
+    }
+
     /// The earliest of the next arrival and the end of each step in flight.
     fn next_event(&self) -> Option<f64> {
-        let mut next = (self.order.get(self.next)).map(|&i| self.workload.arrival_s[i]);
+        let mut next = self.next_arrival().map(|i| self.workload.arrival_s[i]);
         for flight in self.replicas.iter().filter_map(|r| r.flight) {
             // The first of equal times stays, as `min_by` keeps it.
             if next.is_none_or(|t| flight.end.total_cmp(&t).is_lt()) {
@@ -376,7 +393,7 @@ impl Loop<'_> {
 
     /// Route every request that has arrived by now, in arrival order.
     fn route_arrived(&mut self) -> Result<(), SimError> {
-        while let Some(&i) = self.order.get(self.next) {
+        while let Some(i) = self.next_arrival() {
             if self.workload.arrival_s[i] > self.now {
                 break;
             }
@@ -419,7 +436,9 @@ impl Loop<'_> {
         };
         let replica = &mut self.replicas[r];
         replica.load += outstanding(prompt, output, 0, 0);
-        self.out.replica[i] = r as u64;
+        if r > 0 {
+            self.out.replica[i] = r as u64; // zeros are left unwritten (see `Outcome::try_new`)
+        }
         // `check_fits` and the workload's own checks leave no error to meet here.
         let _ = replica
             .sched
@@ -463,7 +482,7 @@ impl Loop<'_> {
             let i = id as usize;
             out.preemptions[i] += 1;
             let track = &mut self.tracks[i];
-            track.stop(&replica.gaps, last_step, replica.gaps.last_end);
+            track.stop(&replica.gaps, last_step, replica.gaps.last_end, out, i);
             track.silent = false;
         }
         replica.chunks.clear();
@@ -475,7 +494,9 @@ impl Loop<'_> {
                 // A request's first item is its admission's, a prefill.
                 if out.admitted[i].is_nan() {
                     out.admitted[i] = start;
-                    out.cached_tokens[i] = item.cached_tokens as u64;
+                    if item.cached_tokens > 0 {
+                        out.cached_tokens[i] = item.cached_tokens as u64;
+                    }
                 }
                 shape.add_chunk(item.start, item.tokens as u64);
                 if out.preemptions[i] > 0 {
@@ -568,10 +589,8 @@ impl Loop<'_> {
         if let Ok(finished) = replica.sched.update_step(flight.step_index, ids, &[]) {
             for &id in finished {
                 let i = id as usize;
-                let track = &mut self.tracks[i];
-                track.stop(&replica.gaps, step, end);
+                self.tracks[i].stop(&replica.gaps, step, end, &mut self.out, i);
                 self.out.finish[i] = end;
-                self.out.max_gap[i] = track.max_gap;
                 self.done += 1;
             }
         }
@@ -630,7 +649,7 @@ fn record_samples(
     let run = (decodes - scratch.len()) as u64;
     if run > 0 {
         let gap = s.end - r.replica_gaps.last_end;
-        runs.add(gap, run, out);
+        runs.add(gap, run);
         r.replica_gaps.push(s.step, gap);
     }
     let listed = if s.batch.is_lean() { 0 } else { decodes };

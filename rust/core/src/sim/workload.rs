@@ -132,12 +132,17 @@ impl Workload {
         self.priority.get(i).copied().unwrap_or(0)
     }
 
-    /// Request indices in admission order: by arrival time, ties by index.
+    /// Request indices in admission order: by arrival time, ties by index; empty when that
+    /// is the workload's own order (its arrivals never decrease, as in most workloads: a
+    /// million requests save 8 MB).
     ///
     /// # Errors
     ///
     /// When the indices do not fit in memory.
     pub fn try_arrival_order(&self) -> Result<Vec<usize>, TryReserveError> {
+        if self.arrival_s.windows(2).all(|w| w[0] <= w[1]) {
+            return Ok(Vec::new());
+        }
         let mut order: Vec<usize> = Vec::new();
         order.try_reserve_exact(self.len())?;
         order.extend(0..self.len());
