@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use chunked_prefill::serving::{Prompt, ServingScheduler};
+use chunked_prefill::serving::{Batch, Prompt, ServingScheduler};
 use chunked_prefill::CoreError;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -34,6 +34,15 @@ struct Locked {
     /// Core ids aborted while their item is in the pending batch: until `update`, its
     /// `token_ids` may still name them and `add_request` must refuse them as pending.
     deferred: Vec<u64>,
+    /// The last batch planned, its caller's ids and `ids.releases()` then: a batch of the
+    /// same core ids, none released since, has the same caller's ids (a step of the same
+    /// decodes, the common case, shares them instead of building them again).
+    last: Option<(Arc<Batch>, Arc<BatchIds>, u64)>,
+}
+
+/// Whether two batches name the same core ids, item by item and preempted.
+fn same_requests(a: &Batch, b: &Batch) -> bool {
+    a.preempted() == b.preempted() && a.request_ids().eq(b.request_ids())
 }
 
 /// What `update` gives back: the finished ids, and the ids released besides (dropped once
@@ -50,13 +59,21 @@ impl Locked {
             ids,
             pending: None,
             deferred: Vec::new(),
+            last: None,
         }
     }
 
     /// Plan a step, and capture its caller's ids.
     fn schedule(&mut self) -> PyResult<PyBatch> {
         let batch = self.core.schedule_shared().map_err(core_err)?;
-        let ids = Arc::new(self.ids.batch_ids(&batch)?);
+        let releases = self.ids.releases();
+        let ids = match &self.last {
+            Some((last, ids, then)) if *then == releases && same_requests(last, &batch) => {
+                Arc::clone(ids)
+            }
+            _ => Arc::new(self.ids.batch_ids(&batch)?),
+        };
+        self.last = Some((Arc::clone(&batch), Arc::clone(&ids), releases));
         self.pending = Some(Arc::clone(&ids));
         Ok(PyBatch::issued(batch, ids, 0))
     }
@@ -142,6 +159,8 @@ pub(crate) struct PyServingScheduler {
     /// read under the lock. A batch carrying it is the pending one itself (batches are
     /// immutable), so `update` can skip comparing it item by item.
     issued: AtomicU64,
+    /// The batch the last `schedule()` returned, whose ``sampling_ids`` the next may share.
+    last: Mutex<Option<Py<PyBatch>>>,
 }
 
 /// Issue numbers of `schedule()` calls, unique across schedulers.
@@ -160,6 +179,7 @@ impl PyServingScheduler {
         Self {
             inner: Mutex::new(inner),
             issued: AtomicU64::new(0),
+            last: Mutex::new(None),
         }
     }
 
@@ -267,12 +287,21 @@ impl PyServingScheduler {
     ///
     /// Every batch, even an empty one, must be reported with ``update`` before the next
     /// ``schedule()``.
-    fn schedule(&self) -> PyResult<PyBatch> {
+    fn schedule(&self, py: Python<'_>) -> PyResult<Py<PyBatch>> {
         let mut guard = self.lock()?;
         let mut batch = guard.schedule()?;
         batch.issue = NEXT_ISSUE.fetch_add(1, Ordering::Relaxed);
         self.issued.store(batch.issue, Ordering::Relaxed);
         drop(guard);
+        // A poisoned lock only loses the sharing.
+        let Ok(mut last) = self.last.lock() else {
+            return Py::new(py, batch);
+        };
+        if let Some(previous) = last.as_ref() {
+            batch.share_sampling_ids(py, previous.get());
+        }
+        let batch = Py::new(py, batch)?;
+        *last = Some(batch.clone_ref(py));
         Ok(batch)
     }
 

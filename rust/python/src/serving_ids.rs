@@ -142,6 +142,9 @@ pub(crate) struct Ids {
     from_core: Vec<Option<Id>>,
     /// Released core ids, the next one to hand out last.
     free: Vec<u64>,
+    /// Core ids released so far: while it stays, every core id names the caller's id it
+    /// named before.
+    releases: u64,
 }
 
 impl Ids {
@@ -176,6 +179,11 @@ impl Ids {
     }
 
     /// The caller's ids of a batch the core just planned (its requests are all tracked).
+    /// Core ids released so far (see `releases`).
+    pub(crate) fn releases(&self) -> u64 {
+        self.releases
+    }
+
     pub(crate) fn batch_ids(&self, batch: &Batch) -> PyResult<BatchIds> {
         Ok(BatchIds {
             items: self.ids(batch.request_ids())?,
@@ -211,6 +219,7 @@ impl Ids {
             .take()?;
         self.to_core.remove(&id);
         self.free.push(core);
+        self.releases += 1;
         Some(id)
     }
 
