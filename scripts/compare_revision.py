@@ -350,10 +350,12 @@ def print_table(rows: list[Row], sides: list[Side]) -> None:
     header = ["measurement", revision.label, checkout.label, "gain", "goal", "met"]
     lines = [header]
     for row in rows:
-        old = _median(row.samples[revision.label]) * row.scale
-        new = _median(row.samples[checkout.label]) * row.scale
+        old = _median(row.samples[revision.label])
+        new = _median(row.samples[checkout.label])
         gain = old / new if row.lower_is_better else new / old
+        # The goal reads the medians in the samples' own unit (seconds), not the printed one.
         met = "" if row.met is None else ("yes" if row.met(old, new) else "no")
+        old, new = old * row.scale, new * row.scale
         lines.append(
             [f"{row.name} ({row.unit})", _format(old), _format(new), f"{gain:.2f}x", row.goal, met]
         )
