@@ -7,11 +7,15 @@
 //! block per hash; the hashes themselves are computed only when asked for (an export), or
 //! where a restored pool knows blocks by hash alone.
 //!
-//! The free queue is an index-linked list (prev/next are block ids), so a cache hit takes a
-//! block out of the middle in O(1). Blocks are touched lazily: ids from `fresh` up have never
-//! been allocated, are free and unhashed, and sit together in the queue between the blocks
-//! freed to its head (`front`) and those freed to its tail (`back`). A pool of any size thus
-//! costs memory only for the blocks that were ever used.
+//! The free queue has three parts, head first: the blocks freed to its head (`front`), the
+//! untouched ones and the blocks freed to its tail (`back`). Blocks are touched lazily: ids
+//! from `fresh` up have never been allocated, are free and unhashed, so a pool of any size
+//! costs memory only for the blocks that were ever used. `back` holds the hashed blocks, which
+//! a cache hit takes out of the middle: it is an index-linked list (prev/next are block ids)
+//! for that O(1). `front` holds unhashed blocks, which only ever leave from the head: it is a
+//! stack of ids, so freeing or allocating one touches no other block's record (in a long run
+//! those neighbours are scattered over the pool, and their cache misses were a seventh of the
+//! simulator's loop).
 
 use std::collections::{HashMap, TryReserveError};
 
@@ -38,10 +42,9 @@ enum Registration {
 struct Block {
     ref_count: usize,
     registration: Registration,
+    /// Its neighbours in `back` while it is there.
     prev: usize,
     next: usize,
-    /// Which list holds it while free: `back` (true) or `front` (false).
-    in_back: bool,
 }
 
 /// A doubly linked list threaded through `Block::prev/next`.
@@ -65,8 +68,8 @@ impl List {
 pub(crate) struct BlockPool {
     num_blocks: usize,
     blocks: Vec<Block>,
-    /// Free blocks before the untouched ones, head first.
-    front: List,
+    /// Free blocks before the untouched ones, head last: all unhashed.
+    front: Vec<usize>,
     /// Free blocks after the untouched ones, head first.
     back: List,
     /// The first untouched id (`blocks.len()`).
@@ -84,7 +87,7 @@ impl BlockPool {
         Self {
             num_blocks,
             blocks: Vec::new(),
-            front: List::EMPTY,
+            front: Vec::new(),
             back: List::EMPTY,
             fresh: 0,
             by_hash: HashMap::default(),
@@ -92,15 +95,18 @@ impl BlockPool {
         }
     }
 
-    /// Make room for `blocks` more blocks to be touched (at most the untouched ones), or
-    /// fail without changing anything: a step's allocation never aborts the process.
+    /// Make room for `blocks` more blocks to be touched (at most the untouched ones), and in
+    /// `front` for every touched block to be freed there, or fail: a step's allocation never
+    /// aborts the process (a failure leaves `front` larger, which changes nothing).
     pub(crate) fn try_reserve_fresh(&mut self, blocks: usize) -> Result<(), TryReserveError> {
         let untouched = self.num_blocks - self.fresh;
         let spare = self.blocks.capacity() - self.blocks.len();
-        match blocks.min(untouched).checked_sub(spare) {
-            Some(more) if more > 0 => self.blocks.try_reserve(more),
-            _ => Ok(()),
+        if let Some(more) = blocks.min(untouched).checked_sub(spare).filter(|&m| m > 0) {
+            self.blocks.try_reserve(more)?;
         }
+        let touched = self.fresh + blocks.min(untouched);
+        self.front
+            .try_reserve(touched.saturating_sub(self.front.len()))
     }
 
     /// Blocks ever taken from the untouched ones (each has a record).
@@ -110,7 +116,7 @@ impl BlockPool {
 
     /// Blocks in the free queue.
     pub(crate) fn num_free(&self) -> usize {
-        self.front.len + (self.num_blocks - self.fresh) + self.back.len
+        self.front.len() + (self.num_blocks - self.fresh) + self.back.len
     }
 
     pub(crate) fn ref_count(&self, block: usize) -> usize {
@@ -154,9 +160,7 @@ impl BlockPool {
 
     /// Take the head of the free queue for a new owner; its old hash is forgotten.
     pub(crate) fn allocate(&mut self) -> Option<usize> {
-        let id = if self.front.len > 0 {
-            let id = self.front.head;
-            self.unlink(id);
+        let id = if let Some(id) = self.front.pop() {
             id
         } else if self.fresh < self.num_blocks {
             let id = self.fresh;
@@ -165,7 +169,6 @@ impl BlockPool {
                 registration: Registration::None,
                 prev: NIL,
                 next: NIL,
-                in_back: false,
             });
             self.fresh += 1;
             id
@@ -189,7 +192,7 @@ impl BlockPool {
     }
 
     /// Share a cached block with one more owner, taking it out of the free queue if it was
-    /// free.
+    /// free (then it is in `back`: a cached block is hashed).
     pub(crate) fn take_hit(&mut self, id: usize) {
         if self.blocks[id].ref_count == 0 {
             self.unlink(id);
@@ -208,7 +211,7 @@ impl BlockPool {
         if block.registration != Registration::None {
             self.push_back(id);
         } else {
-            self.push_front(id);
+            self.front.push(id);
         }
     }
 
@@ -238,7 +241,7 @@ impl BlockPool {
 
     /// The free queue, head first.
     pub(crate) fn free_queue(&self) -> impl Iterator<Item = usize> + '_ {
-        self.walk(self.front.head)
+        (self.front.iter().rev().copied())
             .chain(self.fresh..self.num_blocks)
             .chain(self.walk(self.back.head))
     }
@@ -267,12 +270,12 @@ impl BlockPool {
     ) -> Result<Self, TryReserveError> {
         let mut pool = Self::new(held.len(), block_size);
         pool.blocks.try_reserve_exact(held.len())?;
+        pool.front.try_reserve_exact(held.len())?;
         pool.blocks.extend(held.iter().map(|&ref_count| Block {
             ref_count,
             registration: Registration::None,
             prev: NIL,
             next: NIL,
-            in_back: false,
         }));
         pool.fresh = held.len();
         for &(id, hash) in hashes {
@@ -292,53 +295,28 @@ impl BlockPool {
         })
     }
 
-    fn list(&mut self, in_back: bool) -> &mut List {
-        if in_back {
-            &mut self.back
-        } else {
-            &mut self.front
-        }
-    }
-
+    /// Take `id` out of `back`.
     fn unlink(&mut self, id: usize) {
-        let Block {
-            prev,
-            next,
-            in_back,
-            ..
-        } = self.blocks[id];
+        let Block { prev, next, .. } = self.blocks[id];
         if prev == NIL {
-            self.list(in_back).head = next;
+            self.back.head = next;
         } else {
             self.blocks[prev].next = next;
         }
         if next == NIL {
-            self.list(in_back).tail = prev;
+            self.back.tail = prev;
         } else {
             self.blocks[next].prev = prev;
         }
-        self.list(in_back).len -= 1;
+        self.back.len -= 1;
         self.blocks[id].prev = NIL;
         self.blocks[id].next = NIL;
-    }
-
-    fn push_front(&mut self, id: usize) {
-        let head = self.front.head;
-        let block = &mut self.blocks[id];
-        (block.prev, block.next, block.in_back) = (NIL, head, false);
-        if head == NIL {
-            self.front.tail = id;
-        } else {
-            self.blocks[head].prev = id;
-        }
-        self.front.head = id;
-        self.front.len += 1;
     }
 
     fn push_back(&mut self, id: usize) {
         let tail = self.back.tail;
         let block = &mut self.blocks[id];
-        (block.prev, block.next, block.in_back) = (tail, NIL, true);
+        (block.prev, block.next) = (tail, NIL);
         if tail == NIL {
             self.back.head = id;
         } else {
@@ -352,7 +330,7 @@ impl BlockPool {
     pub(crate) fn check(&self, owners: &HashMap<usize, usize>) -> Result<(), String> {
         let mut in_queue = vec![false; self.blocks.len()];
         let mut queued = 0;
-        for id in self.walk(self.front.head).chain(self.walk(self.back.head)) {
+        for id in (self.front.iter().copied()).chain(self.walk(self.back.head)) {
             let block = self
                 .blocks
                 .get(id)
@@ -360,10 +338,13 @@ impl BlockPool {
             if block.ref_count != 0 || in_queue[id] {
                 return Err(format!("block {id} queued twice or while held"));
             }
+            if queued < self.front.len() && block.registration != Registration::None {
+                return Err(format!("block {id} is hashed but freed to the head"));
+            }
             in_queue[id] = true;
             queued += 1;
         }
-        if queued != self.front.len + self.back.len {
+        if queued != self.front.len() + self.back.len {
             return Err("free list lengths disagree with the lists".into());
         }
         for (id, block) in self.blocks.iter().enumerate() {
@@ -399,5 +380,32 @@ impl BlockPool {
         }
         let by_node = |node, id: usize| self.blocks[id].registration == Registration::Node(node);
         self.tree.check(by_node)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_queue_is_front_newest_first_then_untouched_then_hashed_oldest_first() {
+        let mut pool = BlockPool::new(8, 2);
+        let ids: Vec<usize> = (0..5).filter_map(|_| pool.allocate()).collect();
+        assert_eq!(ids, [0, 1, 2, 3, 4]);
+        let node = pool.intern(None, 0, &[1, 2]);
+        assert!(pool.register(3, node));
+        for id in [1, 3, 0, 4, 2] {
+            pool.release(id);
+        }
+        // Unhashed blocks freed to the head, newest first; then 5..8 untouched; then 3.
+        let queue: Vec<usize> = pool.free_queue().collect();
+        assert_eq!(queue, [2, 4, 0, 1, 5, 6, 7, 3]);
+        assert_eq!(pool.num_free(), 8);
+        // Allocation takes the head, and a cache hit takes the hashed block from the tail.
+        assert_eq!(pool.allocate(), Some(2));
+        pool.take_hit(3);
+        assert_eq!(pool.free_queue().collect::<Vec<_>>(), [4, 0, 1, 5, 6, 7]);
+        let owners = HashMap::from([(2, 1), (3, 1)]);
+        assert_eq!(pool.check(&owners), Ok(()));
     }
 }
