@@ -29,7 +29,7 @@ pub struct Outcome {
     pub replica: Vec<u64>,
     /// Token gaps, run-length coded: `(gap, count)`, the gap seen `count` times (the decodes
     /// of one step that sampled in the step before share one run); sorted by gap, equal gaps
-    /// merged, once the run ends ([`Outcome::sort_gaps`]).
+    /// merged, once the run ends (see `GapRun` in `sim/tokens.rs`).
     pub gaps: Vec<(f64, u64)>,
     /// Engine steps run (steps that computed something).
     pub steps: u64,
@@ -54,21 +54,6 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// Put the token gaps in their canonical form: sorted by value, equal values merged
-    /// (their weights summed). Their order carries nothing a summary reads, and sorted they
-    /// need no sort of indices where they are summarised; the pure loop's gaps are put in
-    /// the same form by the caller.
-    pub fn sort_gaps(&mut self) {
-        self.gaps.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
-        self.gaps.dedup_by(|later, kept| {
-            let equal = later.0 == kept.0;
-            if equal {
-                kept.1 += later.1;
-            }
-            equal
-        });
-    }
-
     /// Empty records for `n` requests. The columns of zeros take memory only where the
     /// run writes them, and it writes no zero.
     ///

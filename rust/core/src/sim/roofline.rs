@@ -5,7 +5,7 @@
 //! the float operations of `RooflineModel.step_time` in the same order so both give the same
 //! bits.
 
-use super::engine::StepShape;
+use super::engine::{to_f64, StepShape};
 
 /// The coefficients of the roofline model of one model on one tensor-parallel group of GPUs.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -83,7 +83,7 @@ impl Roofline {
         let n = u128::from(shape.prefill_tokens) + u128::from(shape.decode_tokens);
         let rows = u128::from(shape.decode_tokens) + u128::from(shape.prefill_chunks);
         let mut compute =
-            self.token_s * n as f64 + self.gemm_fixed_s + self.head_row_s * rows as f64;
+            self.token_s * to_f64(n) + self.gemm_fixed_s + self.head_row_s * to_f64(rows);
         let mut memory = self.dense_read_s;
         if self.experts > 0.0 {
             let touched = self.experts_touched(n);
@@ -91,16 +91,16 @@ impl Roofline {
             memory += self.expert_read_s * touched;
         }
         let mut gpu = self.overhead_s + if compute > memory { compute } else { memory };
-        gpu += self.pair_s * shape.attention_pairs as f64;
-        gpu += self.chunk_sq_s * shape.prefill_chunk_sq as f64;
-        gpu += self.kv_token_s * shape.decode_context_tokens as f64;
-        gpu += self.allreduce_call_s + self.allreduce_token_s * n as f64;
+        gpu += self.pair_s * to_f64(shape.attention_pairs);
+        gpu += self.chunk_sq_s * to_f64(shape.prefill_chunk_sq);
+        gpu += self.kv_token_s * to_f64(shape.decode_context_tokens);
+        gpu += self.allreduce_call_s + self.allreduce_token_s * to_f64(n);
         let mut t = if gpu > self.launch_s {
             gpu
         } else {
             self.launch_s
         };
-        t += self.cpu_step_s + self.seq_s * rows as f64;
+        t += self.cpu_step_s + self.seq_s * to_f64(rows);
         t
     }
 }

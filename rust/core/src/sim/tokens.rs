@@ -142,6 +142,7 @@ const COMPACT_FROM: usize = 1 << 12;
 impl GapRun {
     /// Count `weight` gaps of `gap`.
     pub(super) fn add(&mut self, gap: f64, weight: u64) {
+        debug_assert!(gap >= 0.0, "a gap of {gap} s");
         if self.weight > 0 && self.value == gap {
             self.weight += weight;
         } else {
@@ -171,9 +172,11 @@ impl GapRun {
     /// Put the runs in canonical form: the new ones sorted, then merged with the canonical
     /// ones (the stable sort finds the two sorted halves and merges them in one pass).
     fn compact(&mut self) {
-        let by_gap = |a: &(f64, u64), b: &(f64, u64)| a.0.total_cmp(&b.0);
-        self.runs[self.canonical..].sort_unstable_by(by_gap);
-        self.runs.sort_by(by_gap);
+        // A gap is a positive duration, so its bits order as it does (and compare in fewer
+        // instructions than `total_cmp`, a sixth of the loop's sorting).
+        let key = |run: &(f64, u64)| run.0.to_bits();
+        self.runs[self.canonical..].sort_unstable_by_key(key);
+        self.runs.sort_by_key(key);
         self.runs.dedup_by(|later, kept| {
             let equal = later.0 == kept.0;
             if equal {
