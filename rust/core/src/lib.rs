@@ -64,8 +64,8 @@ pub use config::ChunkedPrefillConfig;
 pub use error::{py_float_repr, CoreError};
 pub use scheduler::{ChunkedPrefillScheduler, Counters, COUNTER_MAX};
 pub use serving::{
-    Batch, BatchItem, Prompt, RequestRecord, RequestState, RequestView, ServingConfig,
-    ServingScheduler, ServingState, TokenIds,
+    Batch, BatchItem, Prompt, RequestRecord, RequestState, RequestView, SampledTokens,
+    ServingConfig, ServingScheduler, ServingState, TokenIds,
 };
 pub use state::{prefill_start, PrefillChunkState};
 pub use step::{Chunk, ChunkedStep};

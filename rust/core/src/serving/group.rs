@@ -24,6 +24,7 @@ use std::collections::BinaryHeap;
 
 use super::counts::tokens_in;
 use super::request::Request;
+use super::sampled::SampledTokens;
 use super::scheduler::{Entry, Rank};
 use super::slab::Slab;
 
@@ -102,8 +103,8 @@ impl Group {
 
     /// Take the member `request` out of the group, its counts brought up to date (its
     /// events stay behind, stale).
-    pub(super) fn leave(&mut self, request: &mut Request) {
-        request.leave_group(self.clock);
+    pub(super) fn leave(&mut self, request: &mut Request, sampled: Option<&SampledTokens>) {
+        request.leave_group(self.clock, sampled);
         self.members -= 1;
         self.tokens -= request.num_tokens();
     }

@@ -28,7 +28,7 @@ impl ServingScheduler {
         let lean = pending.is_some_and(Batch::is_lean);
         let mut running = 0;
         for request in self.requests.values() {
-            let settled = request.settled(self.group.clock);
+            let settled = request.settled(self.group.clock, None);
             // A lean batch's decodes are its group's members, one token each.
             let listed = planned.get(&request.id).copied();
             let tokens = listed.unwrap_or(usize::from(lean && request.in_group())) as u128;
@@ -49,7 +49,7 @@ impl ServingScheduler {
         }
         let deficit: usize = (self.requests.values())
             .filter(|request| request.state == RequestState::Running)
-            .map(|request| shortfall(&request.settled(self.group.clock), block_size))
+            .map(|request| shortfall(&request.settled(self.group.clock, None), block_size))
             .sum();
         if deficit != self.deficit {
             return Err(format!(

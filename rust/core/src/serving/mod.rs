@@ -5,7 +5,7 @@
 //! queue, registrations; it knows nothing of requests) and its content tree (the block
 //! contents the prefix cache knows, compared instead of hashed; `content_tree.rs`); the
 //! content hash chain, computed when a hash is asked for; the request record;
-//! the request slab; the decode group (`group.rs`: the running requests that only decode,
+//! the request slab; the tokens requests sample where known in advance (`sampled.rs`); the decode group (`group.rs`: the running requests that only decode,
 //! advanced by a clock and visited at their events); [`ServingScheduler`]'s state and request
 //! lifecycle, its step rule (`step.rs`), its `update` (`update.rs`) and invariant checks;
 //! [`Batch`], the plan of one step.
@@ -32,6 +32,7 @@ mod hash;
 mod invariants;
 mod prefix_query;
 mod request;
+mod sampled;
 mod scheduler;
 mod slab;
 mod state;
@@ -42,6 +43,7 @@ pub use batch::{Batch, BatchItem};
 pub use config::ServingConfig;
 pub use hash::{block_hash, root_hash, BlockHash};
 pub use request::{Prompt, RequestState, RequestView};
+pub use sampled::SampledTokens;
 pub use scheduler::ServingScheduler;
 pub use state::{RequestRecord, ServingState};
 pub use update::TokenIds;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::block_pool::BlockPool;
 use super::content_tree::NodeId;
 use super::counts::div_blocks;
+use super::sampled::SampledTokens;
 
 /// A request's prompt as `add_request` takes it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -182,21 +183,38 @@ impl Request {
         self.joins = self.joins.wrapping_add(1);
     }
 
-    /// Bring its counts up to group clock `clock` (a member decodes one token per tick).
+    /// Bring its counts up to group clock `clock` (a member decodes one token per tick), and
+    /// with `sampled` the tokens of a prompt of ids too (else they stay unknown).
     #[inline]
-    pub(crate) fn settle(&mut self, clock: u64) {
-        if let Some(base) = self.group {
-            let ticks = clock - base;
-            self.num_computed += u128::from(ticks);
-            self.num_tokens += u128::from(ticks);
-            self.num_generated += ticks as usize;
-            self.group = Some(clock);
+    pub(crate) fn settle(&mut self, clock: u64, sampled: Option<&SampledTokens>) {
+        let Some(base) = self.group else {
+            return;
+        };
+        let ticks = clock - base;
+        self.group = Some(clock);
+        self.num_computed += u128::from(ticks);
+        match sampled.filter(|_| self.has_known_tokens()) {
+            // The tokens of its ticks, each at its position, as `update` would have stored
+            // them (one `update` did store is kept).
+            Some(tokens) => {
+                for _ in 0..ticks {
+                    if self.generated.len() <= self.num_generated {
+                        self.store_token(tokens.at(self.id, self.num_tokens));
+                    }
+                    self.num_generated += 1;
+                    self.num_tokens += 1;
+                }
+            }
+            None => {
+                self.num_tokens += u128::from(ticks);
+                self.num_generated += ticks as usize;
+            }
         }
     }
 
     /// Settle it at `clock` and leave the decode group.
-    pub(crate) fn leave_group(&mut self, clock: u64) {
-        self.settle(clock);
+    pub(crate) fn leave_group(&mut self, clock: u64, sampled: Option<&SampledTokens>) {
+        self.settle(clock, sampled);
         self.group = None;
     }
 
@@ -219,9 +237,9 @@ impl Request {
     }
 
     /// A copy brought up to group clock `clock` (for the read-only exports and checks).
-    pub(crate) fn settled(&self, clock: u64) -> Self {
+    pub(crate) fn settled(&self, clock: u64, sampled: Option<&SampledTokens>) -> Self {
         let mut copy = self.clone();
-        copy.settle(clock);
+        copy.settle(clock, sampled);
         copy
     }
 

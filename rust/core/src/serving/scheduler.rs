@@ -15,6 +15,7 @@ use super::config::ServingConfig;
 use super::counts::shortfall;
 use super::group::Group;
 use super::request::{Prompt, PromptIds, Request, RequestState, RequestView};
+use super::sampled::SampledTokens;
 use super::slab::Slab;
 use crate::CoreError;
 
@@ -86,6 +87,8 @@ pub struct ServingScheduler {
     pub(super) given: HashMap<u64, u32, DefaultHashBuilder>,
     pub(super) finished_set: HashSet<u64, DefaultHashBuilder>,
     pub(super) finished_out: Vec<u64>,
+    /// The tokens requests sample, where known in advance (see `sampled.rs`).
+    pub(super) sampled: Option<SampledTokens>,
 }
 
 impl ServingScheduler {
@@ -129,6 +132,7 @@ impl ServingScheduler {
             given: HashMap::default(),
             finished_set: HashSet::default(),
             finished_out: Vec::new(),
+            sampled: None,
         })
     }
 
@@ -136,6 +140,17 @@ impl ServingScheduler {
     #[must_use]
     pub fn config(&self) -> &ServingConfig {
         &self.config
+    }
+
+    /// Where the tokens requests sample are known in advance (a simulator's workload), the
+    /// decode group's members take theirs from `sampled` (`None`: from `update` alone).
+    /// Their prompts must be ids, and `update` then needs no ids for them: each lagging
+    /// member is given the tokens of its ticks when it is settled (a block it fills, a
+    /// preemption, an export), so lean steps ([`schedule_lean`](Self::schedule_lean)) keep
+    /// the prefix cache of generated blocks as full steps given the same ids would. Ids
+    /// `update` does give are stored as before.
+    pub fn set_sampled_tokens(&mut self, sampled: Option<SampledTokens>) {
+        self.sampled = sampled;
     }
 
     // ------------------------------------------------------------------ requests
@@ -288,7 +303,7 @@ impl ServingScheduler {
                     self.running.remove(at);
                 }
                 if request.in_group() {
-                    self.group.leave(&mut request);
+                    self.group.leave(&mut request, None); // its tokens go with it
                 } else if let Ok(at) = self.prefilling.binary_search(&entry) {
                     self.prefilling.remove(at);
                 }

@@ -85,7 +85,7 @@ impl ServingScheduler {
         requests.sort_unstable_by_key(|request| request.seq);
         let clock = self.group.clock;
         let record = |(at, request): (usize, &Request)| match request.in_group() {
-            true => request.settled(clock).record(at),
+            true => request.settled(clock, self.sampled.as_ref()).record(at),
             false => request.record(at),
         };
         let requests = (requests.into_iter().enumerate())

@@ -403,7 +403,7 @@ impl ServingScheduler {
         };
         request.new_block = None; // released below with its table
         if request.in_group() {
-            self.group.leave(request);
+            self.group.leave(request, self.sampled.as_ref());
             if room.decodes_counted {
                 room.budget += 1; // its decode leaves the step
             }

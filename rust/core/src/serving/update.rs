@@ -226,7 +226,7 @@ impl ServingScheduler {
                 continue;
             };
             if let Some(request) = self.requests.live_mut(slot, item.request_id) {
-                request.settle(clock);
+                request.settle(clock, self.sampled.as_ref());
                 request.store_token(token);
             }
         }
@@ -279,7 +279,7 @@ impl ServingScheduler {
         let Some(request) = self.requests.at_mut(slot) else {
             return;
         };
-        request.settle(self.group.clock);
+        request.settle(self.group.clock, self.sampled.as_ref());
         self.deficit += 1;
         self.group.needs_block.push((request.rank(), slot));
         let start = request.num_computed - 1;

@@ -22,7 +22,7 @@ use super::router::{outstanding, Fleet, Router};
 use super::step::StepModel;
 use super::tokens::{GapRun, StepGaps, Track};
 use super::workload::Workload;
-use crate::serving::{Batch, Prompt, ServingConfig, ServingScheduler, TokenIds};
+use crate::serving::{Batch, Prompt, SampledTokens, ServingConfig, ServingScheduler, TokenIds};
 use crate::CoreError;
 
 /// What a run needs beside the workload.
@@ -259,9 +259,19 @@ pub fn run_fleet_until(
             "replicas must be at least 1, got 0".into(),
         ));
     }
-    let sched = ServingScheduler::new(options.config.clone())
+    let mut sched = ServingScheduler::new(options.config.clone())
         .map_err(|e| SimError::Config(e.to_string()))?;
     check_fits(workload, &options.config)?;
+    if !workload.tokens.known.is_empty() {
+        // The decodes' sampled ids are the plan's: the scheduler takes them at the decode
+        // group's events, and every step is lean (no decode listed, no id given per token).
+        let plan = workload.tokens.clone();
+        let sampled = move |i: u64, at: u128| {
+            let at = u64::try_from(at).unwrap_or(u64::MAX);
+            plan.output_token(i as usize, at)
+        };
+        sched.set_sampled_tokens(Some(SampledTokens::new(sampled)));
+    }
     let n = workload.len();
     let records = |_| SimError::OutOfMemory {
         what: format!("the records of {n} requests"),
@@ -458,12 +468,8 @@ impl Loop<'_> {
         }
         let replica = &mut self.replicas[r];
         let num_blocks = replica.sched.config().num_blocks;
-        // Token ids are needed only to sample known tokens: otherwise the decodes are counted.
-        let planned = if self.workload.tokens.known.is_empty() {
-            replica.sched.schedule_lean()
-        } else {
-            replica.sched.schedule()
-        };
+        // Decodes are counted, not listed: their known tokens come from the plan (above).
+        let planned = replica.sched.schedule_lean();
         let batch = match planned {
             Ok(batch) => batch,
             Err(CoreError::OutOfMemory { what }) => return Err(SimError::OutOfMemory { what }),
@@ -557,7 +563,7 @@ impl Loop<'_> {
             for &id in batch.sampling_ids() {
                 let (i, prompt) = (id as usize, wl.prompt_tokens[id as usize]);
                 let at = prompt + self.tracks[i].emitted_before(step);
-                self.sampled.push(plan.token(i, at, prompt));
+                self.sampled.push(plan.output_token(i, at));
             }
         }
         let (decodes, listed) = record_samples(

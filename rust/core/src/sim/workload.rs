@@ -66,7 +66,18 @@ const HASH: u64 = 3;
 /// The id at `pos` of the stream `(kind, key)`: 32 well-mixed bits.
 #[must_use]
 pub fn token_id(kind: u64, key: u64, pos: u64) -> u32 {
-    (mix(mix(mix(kind) ^ key) ^ pos) >> 32) as u32
+    id_at(stream(kind, key), pos)
+}
+
+/// The stream `(kind, key)` before a position is mixed in: the same for all its ids, so a
+/// run of them costs one mix each (prompts are filled by runs, a third of the mixes).
+const fn stream(kind: u64, key: u64) -> u64 {
+    mix(mix(kind) ^ key)
+}
+
+/// The id at `pos` of a `stream`.
+const fn id_at(stream: u64, pos: u64) -> u32 {
+    (mix(stream ^ pos) >> 32) as u32
 }
 
 impl TokenPlan {
@@ -99,7 +110,23 @@ impl TokenPlan {
         token_id(SESSION, session, pos)
     }
 
-    /// The prompt of request `i`, `len` token ids, into `out` (cleared first).
+    /// The token id request `i` samples at `pos`, at or after its prompt: `token(i, pos,
+    /// prompt_len)` without the trace hashes, which cover the prompt only.
+    #[must_use]
+    pub fn output_token(&self, i: usize, pos: u64) -> u32 {
+        if pos < self.prefix_tokens {
+            let group = self.group.get(i).copied().unwrap_or(NO_GROUP);
+            if group != NO_GROUP {
+                return token_id(GROUP, group, pos);
+            }
+        }
+        let session = self.session.get(i).copied().unwrap_or(i as u64);
+        token_id(SESSION, session, pos)
+    }
+
+    /// The prompt of request `i`, `len` token ids, into `out` (cleared first): the ids of
+    /// [`token`](Self::token), a run per stream (its group's prefix, each trace hash's block,
+    /// its session).
     ///
     /// # Errors
     ///
@@ -108,7 +135,27 @@ impl TokenPlan {
         out.clear();
         let ids = usize::try_from(len).unwrap_or(usize::MAX);
         out.try_reserve_exact(ids)?;
-        out.extend((0..len).map(|pos| self.token(i, pos, len)));
+        let mut pos = 0;
+        let group = self.group.get(i).copied().unwrap_or(NO_GROUP);
+        if group != NO_GROUP {
+            let (group, end) = (stream(GROUP, group), self.prefix_tokens.min(len));
+            out.extend((0..end).map(|p| id_at(group, p)));
+            pos = end;
+        }
+        let hashes = (self.hash_offsets.get(i), self.hash_offsets.get(i + 1));
+        if let (Some(&from), Some(&to), true) = (hashes.0, hashes.1, self.hash_block > 0) {
+            let size = self.hash_block;
+            let covered = ((to - from) as u64).saturating_mul(size).min(len);
+            while pos < covered {
+                let block = pos / size;
+                let hash = stream(HASH, self.hash_ids[from + block as usize]);
+                let (base, end) = (block * size, (block + 1).saturating_mul(size).min(covered));
+                out.extend((pos..end).map(|p| id_at(hash, p - base)));
+                pos = end;
+            }
+        }
+        let session = stream(SESSION, self.session.get(i).copied().unwrap_or(i as u64));
+        out.extend((pos..len).map(|p| id_at(session, p)));
         Ok(())
     }
 }
