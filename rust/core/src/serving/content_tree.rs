@@ -18,6 +18,7 @@
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 
+use hashbrown::hash_table::Entry;
 use hashbrown::HashTable;
 use hashlink::DefaultHashBuilder;
 
@@ -118,13 +119,11 @@ impl ContentTree {
         self.table.find(fingerprint, same).copied()
     }
 
-    /// The node of `ids` under `parent`, added if the tree lacks it.
+    /// The node of `ids` under `parent`, added if the tree lacks it (one probe of the table
+    /// either way).
     pub(crate) fn intern(&mut self, parent: Option<NodeId>, salt: u64, ids: &[u32]) -> NodeId {
         let (parent, salt) = key(parent, salt);
         let fingerprint = self.fingerprint(parent, salt, ids);
-        if let Some(id) = self.lookup(fingerprint, parent, salt, ids) {
-            return id;
-        }
         // Split borrows: the table grows while its entries are fingerprinted from the nodes.
         let Self {
             nodes,
@@ -133,8 +132,26 @@ impl ContentTree {
             fingerprint: hasher,
             free,
             block_size,
+            presized,
             ..
         } = self;
+        let size = *block_size;
+        let rehash = |&id: &NodeId| {
+            let node = &nodes[id as usize];
+            fingerprint_of(hasher, node.parent, node.salt, tokens_of(tokens, size, id))
+        };
+        if table.capacity() == 0 {
+            // Growing the table would fingerprint every node again; the vectors only copy.
+            table.reserve(*presized, rehash);
+        }
+        let same = |&id: &NodeId| {
+            let node = &nodes[id as usize];
+            node.parent == parent && node.salt == salt && tokens_of(tokens, size, id) == ids
+        };
+        let vacant = match table.entry(fingerprint, same, rehash) {
+            Entry::Occupied(found) => return *found.get(),
+            Entry::Vacant(vacant) => vacant,
+        };
         let node = Node {
             parent,
             salt,
@@ -145,8 +162,8 @@ impl ContentTree {
         let id = match free.pop() {
             Some(id) => {
                 nodes[id as usize] = node;
-                let start = id as usize * *block_size;
-                tokens[start..start + *block_size].copy_from_slice(ids);
+                let start = id as usize * size;
+                tokens[start..start + size].copy_from_slice(ids);
                 id
             }
             None => {
@@ -155,20 +172,7 @@ impl ContentTree {
                 (nodes.len() - 1) as NodeId
             }
         };
-        let rehash = |&id: &NodeId| {
-            let node = &nodes[id as usize];
-            fingerprint_of(
-                hasher,
-                node.parent,
-                node.salt,
-                tokens_of(tokens, *block_size, id),
-            )
-        };
-        if table.capacity() == 0 {
-            // Growing the table would fingerprint every node again; the vectors only copy.
-            table.reserve(self.presized, rehash);
-        }
-        table.insert_unique(fingerprint, id, rehash);
+        vacant.insert(id);
         id
     }
 

@@ -194,21 +194,35 @@ impl Request {
         self.group = Some(clock);
         self.num_computed += u128::from(ticks);
         match sampled.filter(|_| self.has_known_tokens()) {
-            // The tokens of its ticks, each at its position, as `update` would have stored
-            // them (one `update` did store is kept).
-            Some(tokens) => {
-                for _ in 0..ticks {
-                    if self.generated.len() <= self.num_generated {
-                        self.store_token(tokens.at(self.id, self.num_tokens));
-                    }
-                    self.num_generated += 1;
-                    self.num_tokens += 1;
-                }
-            }
+            Some(tokens) => self.take_sampled(ticks, tokens),
             None => {
                 self.num_tokens += u128::from(ticks);
                 self.num_generated += ticks as usize;
             }
+        }
+    }
+
+    /// Count `ticks` sampled tokens and store them from `tokens`, each at its position, as
+    /// `update` would have stored them (one `update` did store is kept).
+    fn take_sampled(&mut self, ticks: u64, tokens: &SampledTokens) {
+        let id = self.id;
+        if self.known_generated == self.num_generated && self.generated.len() == self.num_generated
+        {
+            // The usual case, every earlier token stored: the run appended at once.
+            let first = self.num_tokens;
+            let run = (0..ticks).map(|k| Some(tokens.at(id, first + u128::from(k))));
+            self.generated.extend(run);
+            self.known_generated += ticks as usize;
+            self.num_generated += ticks as usize;
+            self.num_tokens += u128::from(ticks);
+            return;
+        }
+        for _ in 0..ticks {
+            if self.generated.len() <= self.num_generated {
+                self.store_token(tokens.at(id, self.num_tokens));
+            }
+            self.num_generated += 1;
+            self.num_tokens += 1;
         }
     }
 
