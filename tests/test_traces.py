@@ -141,6 +141,26 @@ def test_long_ignored_csv_column_is_ignored(tmp_path: Path) -> None:
     assert csv.field_size_limit() == 131072  # the process-wide limit is left as it was
 
 
+@pytest.mark.parametrize(
+    ("column", "bad"),
+    [
+        ("group", True),
+        ("group", -2),
+        ("group", 2**63),
+        ("group", 1.0),
+        ("session", -1),
+        ("session", 2**64),
+        ("session", False),
+    ],
+)
+def test_workload_refuses_a_group_or_session_out_of_range(column: str, bad: object) -> None:
+    good = {"group": (-1, 2**63 - 1), "session": (0, 2**64 - 1)}[column]
+    Workload((0.0, 1.0, 2.0), (1, 1, 1), (1, 1, 1), **{column: (*good, 0)})  # type: ignore[arg-type]
+    rule = {"group": r"\[-1, 2\*\*63 - 1\]", "session": r"\[0, 2\*\*64 - 1\]"}[column]
+    with pytest.raises(ValueError, match=f"Workload {column}s must be ints in {rule}"):
+        Workload((0.0, 1.0, 2.0), (1, 1, 1), (1, 1, 1), **{column: (0, bad, 0)})  # type: ignore[arg-type]
+
+
 def test_workload_refuses_counts_the_simulator_cannot_hold() -> None:
     with pytest.raises(ValueError, match="prompt_tokens must be an int in"):
         Workload((0.0,), (2**63,), (1,))
