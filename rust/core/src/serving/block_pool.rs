@@ -10,21 +10,27 @@
 //! The free queue has three parts, head first: the blocks freed to its head (`front`), the
 //! untouched ones and the blocks freed to its tail (`back`). Blocks are touched lazily: ids
 //! from `fresh` up have never been allocated, are free and unhashed, so a pool of any size
-//! costs memory only for the blocks that were ever used. `back` holds the hashed blocks, which
-//! a cache hit takes out of the middle: it is an index-linked list (prev/next are block ids)
-//! for that O(1). `front` holds unhashed blocks, which only ever leave from the head: it is a
-//! stack of ids, so freeing or allocating one touches no other block's record (in a long run
-//! those neighbours are scattered over the pool, and their cache misses were a seventh of the
-//! simulator's loop).
+//! costs memory only for the blocks that were ever used. `front` holds unhashed blocks, which
+//! only ever leave from the head: it is a stack of ids. `back` holds the hashed blocks, which a
+//! cache hit also takes out of the middle: it is a queue of `(id, stamp)` entries, a block's
+//! current entry the one whose stamp it carries, so a hit only clears the block's stamp and
+//! leaves a stale entry behind (skipped at the head, swept once they outnumber the live
+//! ones). Neither touches another block's record to free, allocate or hit one: a linked
+//! list's neighbours are scattered over the pool in a long run, and their cache misses were a
+//! seventh of the simulator's loop.
 
-use std::collections::{HashMap, TryReserveError};
+use std::collections::{HashMap, TryReserveError, VecDeque};
 
 use hashlink::DefaultHashBuilder;
 
 use super::content_tree::{ContentTree, NodeId};
 use super::hash::BlockHash;
 
-const NIL: usize = usize::MAX;
+/// `Block::queued` of a block with no entry in `back`.
+const NOT_QUEUED: u64 = u64::MAX;
+
+/// Stale entries `back` may hold beyond as many as its live ones before it is swept.
+const STALE_SLACK: usize = 64;
 
 /// How a block is registered in the prefix cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,25 +48,8 @@ enum Registration {
 struct Block {
     ref_count: usize,
     registration: Registration,
-    /// Its neighbours in `back` while it is there.
-    prev: usize,
-    next: usize,
-}
-
-/// A doubly linked list threaded through `Block::prev/next`.
-#[derive(Debug, Clone, Copy)]
-struct List {
-    head: usize,
-    tail: usize,
-    len: usize,
-}
-
-impl List {
-    const EMPTY: Self = Self {
-        head: NIL,
-        tail: NIL,
-        len: 0,
-    };
+    /// The stamp of its entry in `back` while it is there, else [`NOT_QUEUED`].
+    queued: u64,
 }
 
 /// The pool of `num_blocks` blocks.
@@ -70,8 +59,15 @@ pub(crate) struct BlockPool {
     blocks: Vec<Block>,
     /// Free blocks before the untouched ones, head last: all unhashed.
     front: Vec<usize>,
-    /// Free blocks after the untouched ones, head first.
-    back: List,
+    /// Free blocks after the untouched ones, head first, as `(id, stamp)`: an entry counts
+    /// while its block carries its stamp (all hashed).
+    back: VecDeque<(usize, u64)>,
+    /// Blocks in `back` (its live entries).
+    back_len: usize,
+    /// The stamp of the next entry of `back`.
+    next_stamp: u64,
+    /// Blocks registered (hashed), held or free: the most `back` can hold.
+    registered: usize,
     /// The first untouched id (`blocks.len()`).
     fresh: usize,
     /// Blocks registered by hash alone (restored from an export, until a lookup names their
@@ -88,7 +84,10 @@ impl BlockPool {
             num_blocks,
             blocks: Vec::new(),
             front: Vec::new(),
-            back: List::EMPTY,
+            back: VecDeque::new(),
+            back_len: 0,
+            next_stamp: 0,
+            registered: 0,
             fresh: 0,
             by_hash: HashMap::default(),
             tree: ContentTree::new(num_blocks, block_size),
@@ -97,7 +96,8 @@ impl BlockPool {
 
     /// Make room for `blocks` more blocks to be touched (at most the untouched ones), and in
     /// `front` for every touched block to be freed there, or fail: a step's allocation never
-    /// aborts the process (a failure leaves `front` larger, which changes nothing).
+    /// aborts the process (a failure leaves `front` larger, which changes nothing). `back`
+    /// has room for every hashed block already (see [`register`](Self::register)).
     pub(crate) fn try_reserve_fresh(&mut self, blocks: usize) -> Result<(), TryReserveError> {
         let untouched = self.num_blocks - self.fresh;
         let spare = self.blocks.capacity() - self.blocks.len();
@@ -116,7 +116,7 @@ impl BlockPool {
 
     /// Blocks in the free queue.
     pub(crate) fn num_free(&self) -> usize {
-        self.front.len() + (self.num_blocks - self.fresh) + self.back.len
+        self.front.len() + (self.num_blocks - self.fresh) + self.back_len
     }
 
     pub(crate) fn ref_count(&self, block: usize) -> usize {
@@ -167,21 +167,18 @@ impl BlockPool {
             self.blocks.push(Block {
                 ref_count: 0,
                 registration: Registration::None,
-                prev: NIL,
-                next: NIL,
+                queued: NOT_QUEUED,
             });
             self.fresh += 1;
             id
-        } else if self.back.len > 0 {
-            let id = self.back.head;
-            self.unlink(id);
-            id
         } else {
-            return None;
+            self.pop_back_head()?
         };
         let block = &mut self.blocks[id];
         block.ref_count = 1;
-        match std::mem::replace(&mut block.registration, Registration::None) {
+        let registration = std::mem::replace(&mut block.registration, Registration::None);
+        self.registered -= usize::from(registration != Registration::None);
+        match registration {
             Registration::None => {}
             Registration::Node(node) => self.tree.set_block(node, None),
             Registration::Hash(hash) => {
@@ -225,6 +222,11 @@ impl BlockPool {
         }
         self.tree.set_block(node, Some(id));
         self.blocks[id].registration = Registration::Node(node);
+        self.registered += 1;
+        // Room in `back` for every hashed block and its stale entries, so that freeing one
+        // (a preemption in `schedule()` too) never allocates.
+        let room = 2 * self.registered + STALE_SLACK + 1;
+        self.back.reserve(room.saturating_sub(self.back.len()));
         true
     }
 
@@ -243,7 +245,7 @@ impl BlockPool {
     pub(crate) fn free_queue(&self) -> impl Iterator<Item = usize> + '_ {
         (self.front.iter().rev().copied())
             .chain(self.fresh..self.num_blocks)
-            .chain(self.walk(self.back.head))
+            .chain(self.queued())
     }
 
     /// Every block with a hash, by id.
@@ -271,11 +273,13 @@ impl BlockPool {
         let mut pool = Self::new(held.len(), block_size);
         pool.blocks.try_reserve_exact(held.len())?;
         pool.front.try_reserve_exact(held.len())?;
+        pool.back
+            .try_reserve_exact(2 * held.len() + STALE_SLACK + 1)?;
+        pool.registered = hashes.len();
         pool.blocks.extend(held.iter().map(|&ref_count| Block {
             ref_count,
             registration: Registration::None,
-            prev: NIL,
-            next: NIL,
+            queued: NOT_QUEUED,
         }));
         pool.fresh = held.len();
         for &(id, hash) in hashes {
@@ -288,49 +292,50 @@ impl BlockPool {
         Ok(pool)
     }
 
-    fn walk(&self, head: usize) -> impl Iterator<Item = usize> + '_ {
-        std::iter::successors((head != NIL).then_some(head), move |&id| {
-            let next = self.blocks[id].next;
-            (next != NIL).then_some(next)
-        })
+    /// The blocks in `back`, head first.
+    fn queued(&self) -> impl Iterator<Item = usize> + '_ {
+        let live = |&&(id, stamp): &&(usize, u64)| self.blocks[id].queued == stamp;
+        self.back.iter().filter(live).map(|&(id, _)| id)
     }
 
-    /// Take `id` out of `back`.
+    /// Take the head of `back`, if any.
+    fn pop_back_head(&mut self) -> Option<usize> {
+        while let Some((id, stamp)) = self.back.pop_front() {
+            if self.blocks[id].queued == stamp {
+                self.blocks[id].queued = NOT_QUEUED;
+                self.back_len -= 1;
+                return Some(id);
+            }
+        }
+        None
+    }
+
+    /// Take `id` out of `back`: its entry goes stale.
     fn unlink(&mut self, id: usize) {
-        let Block { prev, next, .. } = self.blocks[id];
-        if prev == NIL {
-            self.back.head = next;
-        } else {
-            self.blocks[prev].next = next;
-        }
-        if next == NIL {
-            self.back.tail = prev;
-        } else {
-            self.blocks[next].prev = prev;
-        }
-        self.back.len -= 1;
-        self.blocks[id].prev = NIL;
-        self.blocks[id].next = NIL;
+        self.blocks[id].queued = NOT_QUEUED;
+        self.back_len -= 1;
     }
 
+    /// Put `id` at the tail of `back`, sweeping the stale entries first once they outnumber
+    /// the live ones (so `back` holds at most twice its blocks and [`STALE_SLACK`]: room that
+    /// [`try_reserve_fresh`](Self::try_reserve_fresh) keeps).
     fn push_back(&mut self, id: usize) {
-        let tail = self.back.tail;
-        let block = &mut self.blocks[id];
-        (block.prev, block.next) = (tail, NIL);
-        if tail == NIL {
-            self.back.head = id;
-        } else {
-            self.blocks[tail].next = id;
+        if self.back.len() >= 2 * self.back_len + STALE_SLACK {
+            let blocks = &self.blocks;
+            self.back.retain(|&(id, stamp)| blocks[id].queued == stamp);
         }
-        self.back.tail = id;
-        self.back.len += 1;
+        let stamp = self.next_stamp;
+        self.next_stamp += 1;
+        self.blocks[id].queued = stamp;
+        self.back.push_back((id, stamp));
+        self.back_len += 1;
     }
 
     /// Check the pool against the owners the scheduler counted per touched block.
     pub(crate) fn check(&self, owners: &HashMap<usize, usize>) -> Result<(), String> {
         let mut in_queue = vec![false; self.blocks.len()];
         let mut queued = 0;
-        for id in (self.front.iter().copied()).chain(self.walk(self.back.head)) {
+        for id in (self.front.iter().copied()).chain(self.queued()) {
             let block = self
                 .blocks
                 .get(id)
@@ -344,7 +349,21 @@ impl BlockPool {
             in_queue[id] = true;
             queued += 1;
         }
-        if queued != self.front.len() + self.back.len {
+        let stamped = self
+            .blocks
+            .iter()
+            .filter(|b| b.queued != NOT_QUEUED)
+            .count();
+        let hashed = (self.blocks.iter())
+            .filter(|b| b.registration != Registration::None)
+            .count();
+        if hashed != self.registered {
+            return Err(format!(
+                "{hashed} blocks hashed, {} counted",
+                self.registered
+            ));
+        }
+        if queued != self.front.len() + self.back_len || stamped != self.back_len {
             return Err("free list lengths disagree with the lists".into());
         }
         for (id, block) in self.blocks.iter().enumerate() {
@@ -407,5 +426,82 @@ mod tests {
         assert_eq!(pool.free_queue().collect::<Vec<_>>(), [4, 0, 1, 5, 6, 7]);
         let owners = HashMap::from([(2, 1), (3, 1)]);
         assert_eq!(pool.check(&owners), Ok(()));
+    }
+
+    /// Random allocations, registrations, releases and cache hits against a plain model of
+    /// the queue (a stack, the untouched ids, a vector for the hashed blocks): the same order
+    /// after every operation, and `back`'s stale entries swept as they accumulate.
+    #[test]
+    fn free_queue_follows_a_plain_model_and_stale_entries_stay_bounded() {
+        let mut pool = BlockPool::new(64, 1);
+        let (mut front, mut back): (Vec<usize>, Vec<usize>) = (Vec::new(), Vec::new());
+        let mut held: HashMap<usize, usize> = HashMap::new();
+        let mut seed = 0x2545_F491_4F6C_DD1D_u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n) as usize
+        };
+        for round in 0..20_000 {
+            let held_ids: Vec<usize> = held.keys().copied().collect();
+            match next(4) {
+                0 => {
+                    let untouched = pool.fresh;
+                    let Some(id) = pool.allocate() else { continue };
+                    let expected = front
+                        .pop()
+                        .or_else(|| (untouched < 64).then_some(untouched));
+                    let expected = expected.or_else(|| (!back.is_empty()).then(|| back.remove(0)));
+                    assert_eq!(Some(id), expected, "round {round}");
+                    *held.entry(id).or_default() += 1;
+                }
+                1 if !held_ids.is_empty() => {
+                    let id = held_ids[next(held_ids.len() as u64)];
+                    if pool.blocks[id].registration == Registration::None {
+                        let node = pool.intern(None, round, &[id as u32]);
+                        assert!(pool.register(id, node));
+                    }
+                }
+                2 if !held_ids.is_empty() => {
+                    let id = held_ids[next(held_ids.len() as u64)];
+                    pool.release(id);
+                    let owners = held.get_mut(&id).map(|n| {
+                        *n -= 1;
+                        *n
+                    });
+                    if owners == Some(0) {
+                        held.remove(&id);
+                        let hashed = pool.blocks[id].registration != Registration::None;
+                        if hashed {
+                            back.push(id);
+                            // A push sweeps first once the stale entries outnumber the live.
+                            assert!(pool.back.len() <= 2 * pool.back_len + STALE_SLACK);
+                        } else {
+                            front.push(id);
+                        }
+                    }
+                }
+                _ if !back.is_empty() => {
+                    let at = next(back.len() as u64);
+                    let id = back.remove(at);
+                    pool.take_hit(id);
+                    held.insert(id, 1);
+                }
+                _ => {}
+            }
+            let model: Vec<usize> = (front.iter().rev().copied())
+                .chain(pool.fresh..64)
+                .chain(back.iter().copied())
+                .collect();
+            assert_eq!(
+                pool.free_queue().collect::<Vec<_>>(),
+                model,
+                "round {round}"
+            );
+            // Within the room `try_reserve_fresh` keeps.
+            assert!(pool.back.len() <= 2 * pool.fresh + STALE_SLACK + 1);
+        }
+        assert_eq!(pool.check(&held), Ok(()));
     }
 }
