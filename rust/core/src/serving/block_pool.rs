@@ -60,13 +60,15 @@ pub(crate) struct BlockPool {
     /// Free blocks before the untouched ones, head last: all unhashed.
     front: Vec<usize>,
     /// Free blocks after the untouched ones, head first, as `(id, stamp)`: an entry counts
-    /// while its block carries its stamp (all hashed).
+    /// while its block carries its stamp. Hashed blocks (and every free block of a restored
+    /// pool, which reserves room for all).
     back: VecDeque<(usize, u64)>,
     /// Blocks in `back` (its live entries).
     back_len: usize,
     /// The stamp of the next entry of `back`.
     next_stamp: u64,
-    /// Blocks registered (hashed), held or free: the most `back` can hold.
+    /// Blocks registered (hashed), held or free: `back` keeps room for twice as many and
+    /// [`STALE_SLACK`] (see [`register`](Self::register)).
     registered: usize,
     /// The first untouched id (`blocks.len()`).
     fresh: usize,
