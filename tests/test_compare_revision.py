@@ -3,28 +3,11 @@ the table prints them in."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from script_module import load_script
 
-
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "compare_revision", ROOT / "scripts" / "compare_revision.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["compare_revision"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-compare = _script()
+compare = load_script("compare_revision")
 
 
 def _table(capsys: pytest.CaptureFixture[str], old_s: float, new_s: float) -> str:

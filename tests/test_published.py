@@ -3,29 +3,13 @@ scripts/published_check.py prints, and the error targets it reports hold where m
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from script_module import ROOT, load_script
 
-
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "published_check", ROOT / "scripts" / "published_check.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["published_check"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-check = _script()
+check = load_script("published_check")
 ROWS = [r for r in check.read_rows(check.DEFAULT_CSV) if r.model not in check.NOT_MODELLED]
 
 
