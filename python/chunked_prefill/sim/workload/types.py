@@ -52,8 +52,9 @@ class Request:
 
 
 def _ints_within(column: Sequence[Any], low: int, high: int) -> bool:
-    """Whether every value of ``column`` is an ``int`` (``bool`` is not) in ``[low, high]``:
-    whole-column checks in C, a tenth of a per-value test's time on a 100 000-row trace."""
+    """Whether every value of ``column`` is an ``int`` (``bool`` is not) in ``[low, high]``,
+    by whole-column checks in C (a tenth of a per-value test's time on a 100 000-row trace);
+    an empty column passes."""
     return not column or (
         set(map(type, column)) == {int} and min(column) >= low and max(column) <= high
     )
@@ -128,22 +129,16 @@ class Workload:
         cached, priority = self.cached_tokens, self.priority
         if not arrival:
             return True
-        ints = (prompt, output, cached, priority)
         if not set(map(type, arrival)) <= {int, float} or any(map(math.isnan, arrival)):
-            return False
-        if any(set(map(type, column)) != {int} for column in ints):
             return False
         return (
             min(arrival) >= 0
             and max(arrival) <= MAX_ARRIVAL_S
-            and min(prompt) >= 1
-            and max(prompt) <= MAX_TOKENS
-            and min(output) >= 1
-            and max(output) <= MAX_TOKENS
-            and min(cached) >= 0
+            and _ints_within(prompt, 1, MAX_TOKENS)
+            and _ints_within(output, 1, MAX_TOKENS)
+            and _ints_within(cached, 0, MAX_TOKENS)
             and all(map(operator.le, cached, prompt))
-            and min(priority) >= I64_MIN
-            and max(priority) <= I64_MAX
+            and _ints_within(priority, I64_MIN, I64_MAX)
         )
 
     def _check_each_request(self) -> None:

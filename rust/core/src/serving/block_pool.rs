@@ -320,7 +320,7 @@ impl BlockPool {
 
     /// Put `id` at the tail of `back`, sweeping the stale entries first once they outnumber
     /// the live ones (so `back` holds at most twice its blocks and [`STALE_SLACK`]: room that
-    /// [`try_reserve_fresh`](Self::try_reserve_fresh) keeps).
+    /// [`register`](Self::register) and [`restore`](Self::restore) keep).
     fn push_back(&mut self, id: usize) {
         if self.back.len() >= 2 * self.back_len + STALE_SLACK {
             let blocks = &self.blocks;

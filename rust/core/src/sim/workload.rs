@@ -91,37 +91,40 @@ impl TokenPlan {
     /// (prompt or output; trace hashes cover the prompt only).
     #[must_use]
     pub fn token(&self, i: usize, pos: u64, prompt_len: u64) -> u32 {
-        if pos < self.prefix_tokens {
-            let group = self.group.get(i).copied().unwrap_or(NO_GROUP);
-            if group != NO_GROUP {
-                return token_id(GROUP, group, pos);
+        let in_prefix = pos < self.prefix_tokens && self.group_of(i) != NO_GROUP;
+        if !in_prefix && pos < prompt_len {
+            if let Some(id) = self.hash_token(i, pos) {
+                return id;
             }
         }
-        let hashes = (self.hash_offsets.get(i), self.hash_offsets.get(i + 1));
-        if let (Some(&from), Some(&to), true) = (hashes.0, hashes.1, pos < prompt_len) {
-            if let Some(block) = pos.checked_div(self.hash_block) {
-                if block < (to - from) as u64 {
-                    let hash = self.hash_ids[from + block as usize];
-                    return token_id(HASH, hash, pos % self.hash_block);
-                }
-            }
-        }
-        let session = self.session.get(i).copied().unwrap_or(i as u64);
-        token_id(SESSION, session, pos)
+        self.output_token(i, pos)
     }
 
     /// The token id request `i` samples at `pos`, at or after its prompt: `token(i, pos,
     /// prompt_len)` without the trace hashes, which cover the prompt only.
     #[must_use]
     pub fn output_token(&self, i: usize, pos: u64) -> u32 {
-        if pos < self.prefix_tokens {
-            let group = self.group.get(i).copied().unwrap_or(NO_GROUP);
-            if group != NO_GROUP {
-                return token_id(GROUP, group, pos);
-            }
+        let group = self.group_of(i);
+        if pos < self.prefix_tokens && group != NO_GROUP {
+            return token_id(GROUP, group, pos);
         }
-        let session = self.session.get(i).copied().unwrap_or(i as u64);
-        token_id(SESSION, session, pos)
+        token_id(SESSION, self.session_of(i), pos)
+    }
+
+    /// The id of request `i`'s trace hash covering `pos`, if one does.
+    fn hash_token(&self, i: usize, pos: u64) -> Option<u32> {
+        let (&from, &to) = (self.hash_offsets.get(i)?, self.hash_offsets.get(i + 1)?);
+        let block = pos.checked_div(self.hash_block)?;
+        let hash = *self.hash_ids[from..to].get(usize::try_from(block).ok()?)?;
+        Some(token_id(HASH, hash, pos % self.hash_block))
+    }
+
+    fn group_of(&self, i: usize) -> u64 {
+        self.group.get(i).copied().unwrap_or(NO_GROUP)
+    }
+
+    fn session_of(&self, i: usize) -> u64 {
+        self.session.get(i).copied().unwrap_or(i as u64)
     }
 
     /// The prompt of request `i`, `len` token ids, into `out` (cleared first): the ids of
@@ -136,7 +139,7 @@ impl TokenPlan {
         let ids = usize::try_from(len).unwrap_or(usize::MAX);
         out.try_reserve_exact(ids)?;
         let mut pos = 0;
-        let group = self.group.get(i).copied().unwrap_or(NO_GROUP);
+        let group = self.group_of(i);
         if group != NO_GROUP {
             let (group, end) = (stream(GROUP, group), self.prefix_tokens.min(len));
             out.extend((0..end).map(|p| id_at(group, p)));
@@ -154,7 +157,7 @@ impl TokenPlan {
                 pos = end;
             }
         }
-        let session = stream(SESSION, self.session.get(i).copied().unwrap_or(i as u64));
+        let session = stream(SESSION, self.session_of(i));
         out.extend((pos..len).map(|p| id_at(session, p)));
         Ok(())
     }
