@@ -93,7 +93,7 @@ def read_rows(path: Path) -> list[Row]:
 
 def _version(text: str) -> tuple[int, ...]:
     try:
-        return tuple(int(p) for p in text.split(".")[:2])
+        return tuple(int(p) for p in text.split(".")[:3])
     except ValueError:
         return ()
 
@@ -111,6 +111,23 @@ def serving_engine(row: Row) -> str:
     if row.engine == "nim":
         return "tensorrt-llm"
     return row.engine
+
+
+PAGED_DECODE_SOURCES = ("vLLM PR #2542", "vLLM PR #3240", "vLLM PR #4002")
+"""Sources whose vLLM version is unknown but whose date is not: January to April 2024, vLLM's
+main before PR #4907 (2024-05-19, released in 0.4.3) made FlashAttention its decode kernel."""
+
+
+def attention_backend(row: Row) -> str:
+    """The :data:`~chunked_prefill.sim.software.ATTENTION_BACKENDS` name of a row's engine:
+    ``paged`` for vLLM before 0.4.3 (decode through its PagedAttention kernel, which reads a
+    K/V head once per query head), ``flash`` for the rest."""
+    if row.engine != "vllm":
+        return "flash"
+    version = _version(row.engine_version)
+    if (version and version < (0, 4, 3)) or row.source.startswith(PAGED_DECODE_SOURCES):
+        return "paged"
+    return "flash"
 
 
 NOT_MODELLED = {
@@ -158,6 +175,7 @@ def predict(row: Row) -> float:
         row.gpu,
         row.tp,
         serving_engine=serving_engine(row),
+        attention_backend=attention_backend(row),
         kv_cache_dtype="fp8" if row.kv_dtype == "fp8" else "auto",
         quantization=quantization,
     )
@@ -211,8 +229,11 @@ def summary(errors: list[float]) -> str:
 def condition(row: Row) -> str:
     """A row's conditions, short."""
     dtype = row.weight_dtype + (", fp8 KV" if row.kv_dtype == "fp8" else "")
+    software = serving_engine(row)
+    if attention_backend(row) != "flash":
+        software += f" {attention_backend(row)}"
     return (
-        f"{row.model.split('/')[-1]}, TP{row.tp} {row.gpu}, {dtype}, {serving_engine(row)},"
+        f"{row.model.split('/')[-1]}, TP{row.tp} {row.gpu}, {dtype}, {software},"
         f" batch {row.batch}, {row.input_len} in / {row.output_len} out"
     )
 

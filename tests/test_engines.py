@@ -125,6 +125,25 @@ def test_the_vidur_backend_charges_squared_chunks_and_none_drops_the_cpu() -> No
     )
 
 
+def test_the_paged_backend_reads_kv_once_per_query_head() -> None:
+    # vLLM's PagedAttention decode kernel: one thread block per query head, each reading its
+    # K/V head's cache. Llama-3.1-8B: 32 query heads share 8 K/V heads, so 4 reads.
+    flash, _ = engine_for("llama-3.1-8b", "a100-80gb", 1)
+    paged, _ = engine_for("llama-3.1-8b", "a100-80gb", 1, attention_backend="paged")
+    assert flash.kv_token_s == pytest.approx(2 * 32 * 8 * 128 * 2 / (2.039e12 * 0.85))
+    assert paged.kv_token_s == pytest.approx(4 * flash.kv_token_s, rel=1e-12)
+    assert (paged.pair_s, paged.chunk_sq_s) == (flash.pair_s, flash.chunk_sq_s)
+    assert paged.attention_backend == "paged"
+    # TP 8 of Llama-3.1-70B: 8 query heads and 1 K/V head per GPU, so 8 reads of that head.
+    flash70, _ = engine_for("llama-3.1-70b", "h100-sxm", 8)
+    paged70, _ = engine_for("llama-3.1-70b", "h100-sxm", 8, attention_backend="paged")
+    assert paged70.kv_token_s == pytest.approx(8 * flash70.kv_token_s, rel=1e-12)
+    # Without grouped-query attention (Llama-2-7B: 32 and 32) there is nothing to re-read.
+    mha, _ = engine_for("llama-2-7b", "a100-80gb", 1)
+    mha_paged, _ = engine_for("llama-2-7b", "a100-80gb", 1, attention_backend="paged")
+    assert mha_paged.kv_token_s == mha.kv_token_s
+
+
 def test_eager_launches_bound_a_short_step() -> None:
     spec = ModelSpec(
         name="tiny",

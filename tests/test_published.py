@@ -56,6 +56,16 @@ def test_each_engine_has_its_serving_engine_and_rule() -> None:
     assert check.model_and_quantization(by_id["q3-8b-fp8-tp1-in1"]) == ("Qwen/Qwen3-8B", "fp8")
 
 
+def test_vllm_before_0_4_3_decodes_through_paged_attention() -> None:
+    by_id = {r.id: r for r in ROWS}
+    assert check.attention_backend(by_id["q2-7b-tp1-in6144"]) == "paged"  # vLLM 0.4.2
+    assert check.attention_backend(by_id["q25-7b-tp1-in6144"]) == "flash"  # vLLM 0.6.3
+    assert check.attention_backend(by_id["mixtral-tp8-h100-bs1"]) == "paged"  # PR of 2024-01
+    assert check.attention_backend(by_id["vllm-ci-llama8b_tp1-h200"]) == "flash"
+    assert check.attention_backend(by_id["q3-8b-bf16-tp1-in1"]) == "flash"  # SGLang
+    assert "vllm-v0 paged," in check.condition(by_id["q2-7b-tp1-in6144"])
+
+
 def test_qwen3_speed_counts_the_prompt_tokens() -> None:
     # Qwen3's page: speed = (prompt + generated tokens) / time; Qwen2.5's: generated / time.
     by_id = {r.id: r for r in ROWS}

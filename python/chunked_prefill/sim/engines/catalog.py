@@ -90,7 +90,7 @@ def engine_for(
     ``gpu`` a :data:`GPUS` name, a GPU profile path or a :class:`GpuSpec`; ``overrides``
     replace :class:`GpuSpec` fields (``peak_flops=...``, ``hbm_efficiency=...``);
     ``serving_engine`` and ``attention_backend`` name the software (:mod:`.software`:
-    the serving engine's CPU costs, how prefill attention is charged; ``serving_engine``
+    the serving engine's CPU costs, how attention is charged; ``serving_engine``
     may be a :class:`~.software.ServingEngine`, as a fitted profile gives);
     ``kv_cache_dtype`` and ``quantization`` are vLLM's ``--kv-cache-dtype`` and
     ``--quantization`` (:func:`with_dtypes`). Returns

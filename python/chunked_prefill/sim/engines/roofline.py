@@ -158,6 +158,7 @@ class RooflineModel:
         pair_flops = 4 * model.head_dim * (model.num_attention_heads // tp) * layers
         calls = 2 * layers if tp > 1 else 0
         link = gpu.link_bandwidth * gpu.link_efficiency
+        kv_reads = gpu.hbm_bandwidth * gpu.hbm_efficiency
         experts = model.num_local_experts
         token_s = 2 * layers * (attention + per_tok * mlp + router) / flops
         # Every GEMM pays for padding its few tokens: each touched expert's GEMMs too.
@@ -180,7 +181,7 @@ class RooflineModel:
             expert_miss=1.0 - per_tok / experts if experts else 0.0,
             pair_s=pair_flops / (gpu.peak_flops * pair_efficiency),
             chunk_sq_s=chunk_sq if backend.chunk_square else 0.0,
-            kv_token_s=model.kv_bytes_per_token(tp) / (gpu.hbm_bandwidth * gpu.hbm_efficiency),
+            kv_token_s=_kv_read_bytes(model, tp, backend) / kv_reads,
             allreduce_call_s=calls * gpu.allreduce_latency_s,
             allreduce_token_s=calls * (2 * (tp - 1) / tp) * hidden * wide / link,
             launch_s=layers * serving.launch_layer_s,
@@ -273,6 +274,17 @@ def _gemm_flops(model: ModelSpec, gpu: GpuSpec) -> float:
     if model.weight_dtype_bytes == 1 and gpu.fp8_peak_flops > 0:
         return gpu.fp8_peak_flops
     return gpu.peak_flops
+
+
+def _kv_read_bytes(model: ModelSpec, tp: int, backend: AttentionBackend) -> int:
+    """Bytes decode attention reads per context token on one GPU: its K and V in every
+    layer, once per K/V head, or once per query head for a backend that reads a K/V head's
+    cache in every query head's thread block (vLLM's PagedAttention kernel: with grouped-query
+    attention, query heads per K/V head times the bytes)."""
+    if not backend.kv_read_per_query_head:
+        return model.kv_bytes_per_token(tp)
+    heads = model.num_attention_heads // tp
+    return 2 * model.num_hidden_layers * heads * model.head_dim * model.kv_element_bytes
 
 
 StepTimeModel = Union[EngineModel, RooflineModel]

@@ -8,7 +8,8 @@ on the software instead:
   preparation, sampling's bookkeeping, output processing), per step and per sequence, and in
   eager mode the kernel launches (the step lasts at least as long as launching its kernels
   one by one: CUDA graphs replay them at once);
-- :class:`AttentionBackend`: how prefill attention's (query, key) pairs are charged.
+- :class:`AttentionBackend`: how prefill attention's (query, key) pairs are charged, and how
+  much of the KV cache decode attention reads.
 
 ``docs/engines.md`` gives the source of every figure.
 """
@@ -117,15 +118,19 @@ DEFAULT_SERVING_ENGINE = "vllm"
 
 @dataclass(frozen=True)
 class AttentionBackend:
-    """How prefill attention is charged: each causal (query, key) pair at its FLOPs and
+    """How attention is charged. Prefill: each causal (query, key) pair at its FLOPs and
     ``pair_efficiency`` (``None``: the GPU's ``attention_efficiency``); ``chunk_square``
     adds a cost per squared chunk token at the GPU's ``chunk_attention_efficiency`` (a
-    kernel whose cost grows with the chunk beyond its pairs)."""
+    kernel whose cost grows with the chunk beyond its pairs). Decode: reading each context
+    token's K and V once per K/V head, or, with ``kv_read_per_query_head``, once per query
+    head (a kernel that gives each query head its own thread block, as vLLM's PagedAttention,
+    reads a K/V head's cache as many times as query heads share it)."""
 
     name: str
     chunk_square: bool
     pair_efficiency: float | None
     description: str
+    kv_read_per_query_head: bool = False
 
 
 ATTENTION_BACKENDS: dict[str, AttentionBackend] = {
@@ -143,6 +148,15 @@ ATTENTION_BACKENDS: dict[str, AttentionBackend] = {
             pair_efficiency=0.65,
             description="the kernel of Vidur's A100 profiles: pairs plus a term per squared"
             " chunk token",
+        ),
+        AttentionBackend(
+            name="paged",
+            chunk_square=False,
+            pair_efficiency=None,
+            description="vLLM's PagedAttention decode kernel (vLLM before 0.4.3, and V0's"
+            " XFORMERS backend): FlashAttention prefill, decode reading each K/V head once per"
+            " query head",
+            kv_read_per_query_head=True,
         ),
     )
 }

@@ -110,7 +110,7 @@ def add_software_flags(g: Any) -> None:
         "--attention-backend",
         choices=list(ATTENTION_BACKENDS),
         metavar="NAME",
-        help="how prefill attention is charged: "
+        help="the attention kernels (prefill pairs, decode KV reads): "
         + ", ".join(ATTENTION_BACKENDS)
         + f" (default: {DEFAULT_ATTENTION_BACKEND})",
     )
