@@ -11,10 +11,10 @@
 //! The caller then runs the Python reader, which reads the file or raises its error, so
 //! errors never differ and only an accepted file takes the fast path.
 //!
-//! What is proved to match, part by part: [`csv`] (Python's `csv.reader` state machine),
-//! [`json`] (Python's `json.loads` with the reader's exact-number and duplicate-key hooks),
-//! [`number`] (`str.strip()`, the reader's number grammar, its whole-number rule, and
-//! `float()`, which rounds correctly as Rust's `f64` parsing does) and [`fields`] (the
+//! What is proved to match, part by part (private modules): `csv` (Python's `csv.reader` state machine),
+//! `json` (Python's `json.loads` with the reader's exact-number and duplicate-key hooks),
+//! `number` (`str.strip()`, the reader's number grammar, its whole-number rule, and
+//! `float()`, which rounds correctly as Rust's `f64` parsing does) and `fields` (the
 //! column names, required and optional cells, dense ids). No line number is kept: only
 //! errors carry one, and they come from the Python reader.
 
