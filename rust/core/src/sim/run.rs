@@ -259,6 +259,15 @@ pub fn run_fleet_until(
             "replicas must be at least 1, got 0".into(),
         ));
     }
+    let sched = scheduler_for(workload, options)?;
+    let mut sim = Loop::new(workload, options, fleet, sched, stop)?;
+    sim.run()?;
+    Ok(sim.finish())
+}
+
+/// The scheduler every replica starts as a copy of, once the workload is known to fit it:
+/// told the tokens the decodes sample when the workload has token ids.
+fn scheduler_for(workload: &Workload, options: &SimOptions) -> Result<ServingScheduler, SimError> {
     let mut sched = ServingScheduler::new(options.config.clone())
         .map_err(|e| SimError::Config(e.to_string()))?;
     check_fits(workload, &options.config)?;
@@ -272,91 +281,107 @@ pub fn run_fleet_until(
         };
         sched.set_sampled_tokens(Some(SampledTokens::new(sampled)));
     }
-    let n = workload.len();
-    let records = |_| SimError::OutOfMemory {
-        what: format!("the records of {n} requests"),
-    };
-    let mut tracks = Vec::new();
-    tracks.try_reserve_exact(n).map_err(records)?;
-    tracks.resize(n, Track::default());
-    let out = Outcome::try_new(n).map_err(records)?;
-    let order = workload.try_arrival_order().map_err(records)?;
-    let mut replicas = Vec::new();
-    (replicas.try_reserve_exact(fleet.replicas)).map_err(|_| SimError::OutOfMemory {
-        what: format!("{} replicas", fleet.replicas),
-    })?;
-    let replica = Replica {
-        sched,
-        flight: None,
-        load: 0,
-        held: 0,
-        chunks: Vec::new(),
-        gaps: StepGaps::default(),
-        silent: Vec::new(),
-    };
-    let mut sim = Loop {
-        workload,
-        engine: options.engine,
-        max_steps: options.max_steps,
-        router: fleet.router,
-        replicas: {
-            replicas.extend((0..fleet.replicas).map(|_| Replica {
-                sched: replica.sched.clone(),
-                chunks: Vec::new(),
-                gaps: StepGaps::default(),
-                silent: Vec::new(),
-                ..replica
-            }));
-            replicas
-        },
-        out,
-        order,
-        next: 0,
-        tracks,
-        gaps: GapRun::default(),
-        started: 0,
-        fleet_used: 0,
-        done: 0,
-        now: 0.0,
-        ids: Vec::new(),
-        sampled: Vec::new(),
-        silent_now: Vec::new(),
-        stop,
-        countdown: POLL_EVERY,
-    };
-    while sim.done < n {
-        sim.tick()?;
-        let Some(t) = sim.next_event() else {
-            return Err(SimError::Stalled {
-                done: sim.done,
-                requests: n,
-            });
+    Ok(sched)
+}
+
+impl<'a> Loop<'a> {
+    /// The loop before its first event: `fleet.replicas` copies of `sched`, the records of
+    /// every request allocated (or [`SimError::OutOfMemory`]).
+    fn new(
+        workload: &'a Workload,
+        options: &SimOptions,
+        fleet: &Fleet,
+        sched: ServingScheduler,
+        stop: &'a mut dyn FnMut() -> bool,
+    ) -> Result<Self, SimError> {
+        let n = workload.len();
+        let records = |_| SimError::OutOfMemory {
+            what: format!("the records of {n} requests"),
         };
-        sim.now = sim.now.max(t);
-        for r in 0..sim.replicas.len() {
-            if sim.replicas[r].flight.is_some_and(|f| f.end <= sim.now) {
-                sim.complete(r);
-            }
-        }
-        sim.route_arrived()?;
-        for r in 0..sim.replicas.len() {
-            let replica = &sim.replicas[r];
-            if replica.flight.is_none() && !replica.sched.is_empty() {
-                sim.start(r)?;
-            }
-        }
+        let mut tracks = Vec::new();
+        tracks.try_reserve_exact(n).map_err(records)?;
+        tracks.resize(n, Track::default());
+        let out = Outcome::try_new(n).map_err(records)?;
+        let order = workload.try_arrival_order().map_err(records)?;
+        let mut replicas = Vec::new();
+        (replicas.try_reserve_exact(fleet.replicas)).map_err(|_| SimError::OutOfMemory {
+            what: format!("{} replicas", fleet.replicas),
+        })?;
+        replicas.extend((0..fleet.replicas).map(|_| Replica {
+            sched: sched.clone(),
+            flight: None,
+            load: 0,
+            held: 0,
+            chunks: Vec::new(),
+            gaps: StepGaps::default(),
+            silent: Vec::new(),
+        }));
+        Ok(Self {
+            workload,
+            engine: options.engine,
+            max_steps: options.max_steps,
+            router: fleet.router,
+            replicas,
+            out,
+            order,
+            next: 0,
+            tracks,
+            gaps: GapRun::default(),
+            started: 0,
+            fleet_used: 0,
+            done: 0,
+            now: 0.0,
+            ids: Vec::new(),
+            sampled: Vec::new(),
+            silent_now: Vec::new(),
+            stop,
+            countdown: POLL_EVERY,
+        })
     }
-    // The records are dropped first: putting the gaps in order is the run's peak.
-    let Loop {
-        mut out,
-        gaps,
-        tracks,
-        replicas,
-        ..
-    } = sim;
-    drop((tracks, replicas));
-    gaps.finish(&mut out);
-    Ok(out)
+
+    /// Event after event until every request is done: the steps ending now complete, the
+    /// requests arrived by now are routed, then each idle replica with requests starts a step.
+    fn run(&mut self) -> Result<(), SimError> {
+        let n = self.workload.len();
+        while self.done < n {
+            self.tick()?;
+            let Some(t) = self.next_event() else {
+                return Err(SimError::Stalled {
+                    done: self.done,
+                    requests: n,
+                });
+            };
+            self.now = self.now.max(t);
+            for r in 0..self.replicas.len() {
+                if self.replicas[r].flight.is_some_and(|f| f.end <= self.now) {
+                    self.complete(r);
+                }
+            }
+            self.route_arrived()?;
+            for r in 0..self.replicas.len() {
+                let replica = &self.replicas[r];
+                if replica.flight.is_none() && !replica.sched.is_empty() {
+                    self.start(r)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The outcome, its gaps in order.
+    fn finish(self) -> Outcome {
+        // The records are dropped first: putting the gaps in order is the run's peak.
+        let Loop {
+            mut out,
+            gaps,
+            tracks,
+            replicas,
+            ..
+        } = self;
+        drop((tracks, replicas));
+        gaps.finish(&mut out);
+        out
+    }
 }
 
 impl Loop<'_> {
