@@ -209,7 +209,7 @@ def test_a_gpu_profile_with_an_hour_long_step_is_refused(tmp_path: Path) -> None
         engine_for("llama-3.1-8b", profile)
     assert str(info.value) == (
         "llama-3.1-8b on h100-sxm (slow.toml): the roofline's overhead_s is 1e+29 s, above"
-        " 3600 s: lower the GPU's step_overhead_s or layer_overhead_s"
+        " 3600 s: lower the GPU's step_overhead_s, layer_overhead_s or moe_layer_s"
     )
 
 

@@ -188,8 +188,10 @@ def test_moe_reads_the_experts_its_tokens_route_to() -> None:
     dense = 2 * (32 * (ATTN_8B + 4096 * 8) + 32000 * 4096)
     one = engine.step_time(0, 1, 0, 100)
     kv = 100 * 2 * 32 * 8 * 128 * 2 / (4.8e12 * 0.85)
+    # Each layer's small kernels, and each MoE layer's fused-MoE latency on top (25 us).
+    assert engine.overhead_s == pytest.approx(32 * (26e-6 + 25e-6), rel=1e-12)
     assert one == pytest.approx(
-        32 * 26e-6 + (dense + 2 * expert) / reads + kv + 0.5e-3 + 5e-6, rel=1e-12
+        32 * (26e-6 + 25e-6) + (dense + 2 * expert) / reads + kv + 0.5e-3 + 5e-6, rel=1e-12
     )
     # Active FLOPs per token: attention, 2 experts, the router; each touched expert's GEMMs
     # pad to 64 tokens of their own.

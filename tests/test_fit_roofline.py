@@ -27,9 +27,11 @@ TRUE = {
     "chunk_attention_efficiency": 0.3,
     "hbm_efficiency": 0.8,
     "layer_overhead_s": 30e-6,
+    "moe_layer_s": 25e-6 * 30 / 26,
     "step_overhead_s": 0.0,
 }
-"""The "measured" GPU: every efficiency and the per-layer overhead moved off the defaults."""
+"""The "measured" GPU: every efficiency and the per-layer overheads moved off the defaults
+(both fixed times by the same factor: one fixed time per step is all steps can tell)."""
 TRUE_SEQ_S = 8e-6
 PRESET_BLOCKS = 7353
 """The A100 Llama-2-7B preset's pool, which profiles used to fall back to."""
@@ -95,6 +97,7 @@ def test_noise_free_steps_give_back_the_efficiencies_within_1_percent(
     for key in ("gemm_efficiency", "weight_read_efficiency", attention, "hbm_efficiency"):
         assert rel(fit.fields[key], TRUE[key]) < 0.01, key
     assert rel(fit.fields["layer_overhead_s"], TRUE["layer_overhead_s"]) < 0.01
+    assert rel(fit.fields["moe_layer_s"], TRUE["moe_layer_s"]) < 0.01
     assert fit.fields["step_overhead_s"] == 0
     assert rel(fit.fields["cpu_seq_s"], TRUE_SEQ_S) < 0.01
     assert fit.unidentified == unidentified
@@ -218,7 +221,7 @@ def test_profile_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     keys = [line.split(" = ")[0] for line in lines[6:]]
     assert keys == ["gemm_efficiency", "weight_read_efficiency", "attention_efficiency",
                     "chunk_attention_efficiency", "hbm_efficiency", "layer_overhead_s",
-                    "step_overhead_s", "cpu_seq_s"]  # fmt: skip
+                    "moe_layer_s", "step_overhead_s", "cpu_seq_s"]  # fmt: skip
 
 
 def test_poor_fit_warns_and_max_error_fails(
@@ -314,8 +317,8 @@ def test_fit_flag_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
          " serving_engine, attention_backend, cpu_seq_s, activation_reserve_bytes,"
          " allreduce_latency_s, attention_efficiency, chunk_attention_efficiency,"
          " fp8_peak_flops, gemm_efficiency, gemm_half_tokens, hbm_bandwidth, hbm_efficiency,"
-         " layer_overhead_s, link_bandwidth, link_efficiency, memory_bytes, peak_flops,"
-         " step_overhead_s, weight_read_efficiency"),
+         " layer_overhead_s, link_bandwidth, link_efficiency, memory_bytes, moe_layer_s,"
+         " peak_flops, step_overhead_s, weight_read_efficiency"),
         ('kind = "roofline"\nmodel = "llama-3.1-8b"\ngpu = "h100-sxm"\nserving_engine = "x"\n',
          [], "argument --profile: {p}: key 'serving_engine': expected one of vllm, vllm-eager,"
          " vllm-v0, vllm-v0-eager, sglang, tensorrt-llm, none, got 'x'"),

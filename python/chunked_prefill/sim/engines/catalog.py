@@ -160,7 +160,7 @@ def with_dtypes(
 
 
 _TIME_SOURCES = {
-    "overhead_s": "-step_overhead_s or layer_overhead_s",
+    "overhead_s": "-step_overhead_s, layer_overhead_s or moe_layer_s",
     "token_s": "peak_flops (--gpu-tflops) x gemm_efficiency",
     "gemm_fixed_s": "peak_flops (--gpu-tflops) x gemm_efficiency",
     "expert_fixed_s": "peak_flops (--gpu-tflops) x gemm_efficiency",

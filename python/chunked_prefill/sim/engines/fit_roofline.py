@@ -9,8 +9,8 @@ efficiency factor of the GPU (:class:`~.gpus.GpuSpec`), or is a fixed time:
 - ``attention`` (``pair_s``, the flash backend): ``attention_efficiency``;
 - ``chunk_attention`` (``chunk_sq_s``, the vidur backend): ``chunk_attention_efficiency``;
 - ``kv`` (``kv_token_s``): ``hbm_efficiency``;
-- ``overhead_s``, in seconds: ``layer_overhead_s`` and ``step_overhead_s`` (in the preset's
-  proportion);
+- ``overhead_s``, in seconds: ``layer_overhead_s``, ``moe_layer_s`` and ``step_overhead_s``
+  (in the preset's proportion);
 - ``cpu_seq_s`` (``seq_s``), in seconds: the serving engine's CPU time per sequence.
 
 Once it is known which branch of ``max(compute, memory)`` each step takes (and whether the
@@ -347,7 +347,7 @@ def _fields(
     x: Array, card: GpuSpec, preset: RooflineModel, cpu_seq_s: float, free: Mask
 ) -> tuple[dict[str, float], list[str]]:
     """The profile's values from the unknowns: each efficiency the preset's divided by its
-    scale (at most 1), the fixed time split over ``layer_overhead_s`` and
+    scale (at most 1), the fixed time split over ``layer_overhead_s``, ``moe_layer_s`` and
     ``step_overhead_s`` in the preset's proportion, ``cpu_seq_s`` as fitted."""
     fields: dict[str, float] = {}
     clamped = []
@@ -363,14 +363,15 @@ def _fields(
                 )
             value = min(wanted, 1.0)
         fields[key] = value
-    layer, step = card.layer_overhead_s, card.step_overhead_s
+    layer, moe, step = card.layer_overhead_s, card.moe_layer_s, card.step_overhead_s
     if free[_O]:
         if preset.overhead_s > 0:
             ratio = float(x[_O]) / preset.overhead_s
-            layer, step = layer * ratio, step * ratio
+            layer, moe, step = layer * ratio, moe * ratio, step * ratio
         else:
             step = float(x[_O])
     fields["layer_overhead_s"] = float(layer)
+    fields["moe_layer_s"] = float(moe)
     fields["step_overhead_s"] = float(step)
     fields["cpu_seq_s"] = float(x[_Q]) if free[_Q] else cpu_seq_s
     return fields, clamped

@@ -72,6 +72,10 @@ class GpuSpec:
     """Where the figures come from."""
     fp8_peak_flops: float = 0.0
     """Dense FP8 tensor-core FLOP/s (no sparsity); 0: no FP8 tensor cores (A100, A10G)."""
+    moe_layer_s: float = 25e-6
+    """Fixed GPU time per MoE layer and step: the fused-MoE call's latency at one token
+    (sorting tokens by expert, two grouped GEMMs, the activation and the top-k sum), which
+    its experts' weight reads come on top of."""
 
     def __post_init__(self) -> None:
         for f in fields(self):

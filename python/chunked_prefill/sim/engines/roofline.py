@@ -170,7 +170,8 @@ class RooflineModel:
             model=model.name,
             gpu=gpu.name,
             tp=tp,
-            overhead_s=gpu.step_overhead_s + layers * gpu.layer_overhead_s,
+            overhead_s=gpu.step_overhead_s
+            + layers * (gpu.layer_overhead_s + (gpu.moe_layer_s if experts else 0.0)),
             token_s=token_s,
             gemm_fixed_s=dense_flops / flops * gpu.gemm_half_tokens,
             expert_fixed_s=2 * layers * mlp / flops * gpu.gemm_half_tokens if experts else 0.0,
