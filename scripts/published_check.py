@@ -28,6 +28,7 @@ import numpy as np
 
 from chunked_prefill.sim.catalog import engine_for
 from chunked_prefill.sim.serving import ServingSimConfig, simulate_serving
+from chunked_prefill.sim.software import vllm_software
 from chunked_prefill.sim.workload import Request, Workload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,31 +92,15 @@ def read_rows(path: Path) -> list[Row]:
     return out
 
 
-def _version(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(p) for p in text.split(".")[:3])
-    except ValueError:
-        return ()
-
-
 def serving_engine(row: Row) -> str:
-    """The :data:`~chunked_prefill.sim.software.SERVING_ENGINES` name of a row's engine.
-
-    vLLM before 0.8 is V0 (V1 became the default in 0.8, March 2025); the vLLM rows whose
-    version is unknown come from 2024 (PRs #2542, #3240, #4002, the CI builds, Oracle's
-    blog), so they are V0 too. NIM's FP8 TP profiles run TensorRT-LLM."""
+    """The :data:`~chunked_prefill.sim.software.SERVING_ENGINES` name of a row's engine:
+    vLLM's from its release (:func:`~chunked_prefill.sim.software.vllm_software`); NIM's
+    FP8 TP profiles run TensorRT-LLM."""
     if row.engine == "vllm":
-        version = _version(row.engine_version)
-        name = "vllm-v0" if version == () or version < (0, 8) else "vllm"
-        return name + "-eager" if row.cuda_graphs == "no" else name
+        return vllm_software(vllm_release(row), eager=row.cuda_graphs == "no")[0]
     if row.engine == "nim":
         return "tensorrt-llm"
     return row.engine
-
-
-PAGED_DECODE_SOURCES = ("vLLM PR #2542", "vLLM PR #3240", "vLLM PR #4002")
-"""Sources whose vLLM version is unknown but whose date is not: January to April 2024, vLLM's
-main before PR #4907 (2024-05-19, released in 0.4.3) made FlashAttention its decode kernel."""
 
 
 def attention_backend(row: Row) -> str:
@@ -124,10 +109,21 @@ def attention_backend(row: Row) -> str:
     K/V head once per query head), ``flash`` for the rest."""
     if row.engine != "vllm":
         return "flash"
-    version = _version(row.engine_version)
-    if (version and version < (0, 4, 3)) or row.source.startswith(PAGED_DECODE_SOURCES):
-        return "paged"
-    return "flash"
+    return vllm_software(vllm_release(row))[1]
+
+
+PAGED_DECODE_SOURCES = ("vLLM PR #2542", "vLLM PR #3240", "vLLM PR #4002")
+"""Sources whose vLLM version is unknown but whose date is not: January to April 2024, vLLM's
+main before PR #4907 (2024-05-19, released in 0.4.3) made FlashAttention its decode kernel."""
+
+
+def vllm_release(row: Row) -> str:
+    """A vLLM row's version; where it is unknown, the release its date implies: main before
+    0.4.3 for the PRs of January to April 2024 (``0.4.0``), a V0 release after it for the
+    rest, which come from later in 2024 (the CI builds, Oracle's blog: ``0.6.0``)."""
+    if row.engine_version != "unknown":
+        return row.engine_version
+    return "0.4.0" if row.source.startswith(PAGED_DECODE_SOURCES) else "0.6.0"
 
 
 NOT_MODELLED = {

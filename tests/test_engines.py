@@ -4,6 +4,7 @@ config.json and GPU profile files, ``chunked-prefill engines`` and ``simulate --
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from chunked_prefill.sim.catalog import (
 )
 from chunked_prefill.sim.engine import DEFAULT_ENGINE, GIB
 from chunked_prefill.sim.roofline import RooflineModel, pow_int
+from chunked_prefill.sim.software import vllm_software
 
 LLAMA_31_8B_CONFIG = {
     "architectures": ["LlamaForCausalLM"],
@@ -142,6 +144,31 @@ def test_the_paged_backend_reads_kv_once_per_query_head() -> None:
     mha, _ = engine_for("llama-2-7b", "a100-80gb", 1)
     mha_paged, _ = engine_for("llama-2-7b", "a100-80gb", 1, attention_backend="paged")
     assert mha_paged.kv_token_s == mha.kv_token_s
+
+
+@pytest.mark.parametrize(
+    ("version", "eager", "software"),
+    [
+        ("0.4.2", False, ("vllm-v0", "paged")),  # PagedAttention decode until 0.4.3
+        ("v0.3.3", True, ("vllm-v0-eager", "paged")),
+        ("0.4.3", False, ("vllm-v0", "flash")),
+        ("0.6.4.post1", False, ("vllm-v0", "flash")),
+        ("0.7", True, ("vllm-v0-eager", "flash")),
+        ("0.8.0", False, ("vllm", "flash")),  # V1 by default from 0.8
+        ("0.10.1rc1", True, ("vllm-eager", "flash")),
+        ("1.2", False, ("vllm", "flash")),
+    ],
+)
+def test_vllm_software_follows_the_release(
+    version: str, eager: bool, software: tuple[str, str]
+) -> None:
+    assert vllm_software(version, eager=eager) == software
+
+
+@pytest.mark.parametrize("version", ["banana", "", "0", "0.x", "x0.4.2", "04"])
+def test_vllm_software_refuses_what_is_no_release(version: str) -> None:
+    with pytest.raises(ValueError, match=rf"vLLM version {re.escape(repr(version))}: want"):
+        vllm_software(version)
 
 
 def test_eager_launches_bound_a_short_step() -> None:
@@ -470,6 +497,26 @@ def test_simulate_gpu_flags_override_the_datasheet(capsys: pytest.CaptureFixture
     assert result["engine"]["dense_read_s"] == engine.dense_read_s
 
 
+def test_vllm_version_picks_the_engine_and_backend(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["simulate", "--model", "qwen2.5-7b", "--gpu", "a100-80gb", "--requests", "20"]
+    args += ["--chunk-size", "512"]
+    assert main([*args, "--vllm-version", "0.4.2", "--json"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    paged, _ = engine_for("qwen2.5-7b", "a100-80gb", serving_engine="vllm-v0",
+                          attention_backend="paged")  # fmt: skip
+    assert (result["engine"]["serving_engine"], result["engine"]["attention_backend"]) == (
+        "vllm-v0",
+        "paged",
+    )
+    assert result["engine"]["kv_token_s"] == paged.kv_token_s
+    assert main([*args, "--vllm-version", "0.9.2", "--json"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    assert (result["engine"]["serving_engine"], result["engine"]["attention_backend"]) == (
+        "vllm",
+        "flash",
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -491,6 +538,18 @@ def test_simulate_gpu_flags_override_the_datasheet(capsys: pytest.CaptureFixture
             "arguments --model/--gpu/--tp: llama-3.1-70b does not fit a100-80gb at TP 1",
         ),
         (["--model", "x", "--gpu", "h200", "--tp", "0"], "argument --tp: "),
+        (["--vllm-version", "0.4.2"], "argument --vllm-version: needs --model"),
+        (
+            ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--vllm-version", "v.4"],
+            "argument --vllm-version: vLLM version 'v.4': want MAJOR.MINOR or MAJOR.MINOR.PATCH",
+        ),
+        (
+            [
+                *("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--vllm-version", "0.4.2"),
+                *("--serving-engine", "vllm-eager"),
+            ],
+            "argument --serving-engine: not with --vllm-version, which picks it",
+        ),
     ],
 )
 def test_simulate_roofline_flag_errors(

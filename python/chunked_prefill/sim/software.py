@@ -12,6 +12,7 @@ from .engines.software import (
     ServingEngine,
     resolve_attention_backend,
     resolve_serving_engine,
+    vllm_software,
 )
 
 __all__ = [
@@ -23,4 +24,5 @@ __all__ = [
     "ServingEngine",
     "resolve_attention_backend",
     "resolve_serving_engine",
+    "vllm_software",
 ]

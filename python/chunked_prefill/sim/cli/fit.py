@@ -78,7 +78,7 @@ def add_parser(subparsers: Any) -> None:
 
 def _check_flags(args: argparse.Namespace) -> None:
     if args.model is None:
-        for flag in ("gpu", "tp", "serving_engine", "attention_backend"):
+        for flag in ("gpu", "tp", "serving_engine", "attention_backend", "vllm_version"):
             if getattr(args, flag) is not None:
                 raise UsageError(f"argument --{flag.replace('_', '-')}: needs --model")
         return

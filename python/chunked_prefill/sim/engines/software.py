@@ -16,6 +16,7 @@ on the software instead:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "ServingEngine",
     "resolve_attention_backend",
     "resolve_serving_engine",
+    "vllm_software",
 ]
 
 
@@ -187,3 +189,30 @@ def resolve_attention_backend(backend: str | AttentionBackend) -> AttentionBacke
     found = _resolve("attention backend", dict(ATTENTION_BACKENDS), backend)
     assert isinstance(found, AttentionBackend)
     return found
+
+
+VLLM_FLASH_DECODE_FROM = (0, 4, 3)
+"""The first vLLM release whose decode attention is FlashAttention's (PR #4907, 2024-05-19):
+the ones before decode through its PagedAttention kernel (the ``paged`` backend)."""
+
+VLLM_V1_FROM = (0, 8, 0)
+"""The first vLLM release that runs its V1 engine by default (March 2025)."""
+
+_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?!\d)")
+
+
+def vllm_software(version: str, *, eager: bool = False) -> tuple[str, str]:
+    """The :data:`SERVING_ENGINES` and :data:`ATTENTION_BACKENDS` names that model vLLM
+    release ``version`` (``"0.4.2"``, ``"v0.6.4.post1"``, ``"0.10.1rc1"``): ``vllm-v0``
+    before 0.8, ``vllm`` from it (``-eager`` with ``eager``, vLLM's ``enforce_eager``);
+    ``paged`` before 0.4.3, ``flash`` from it. Raises :class:`ValueError` for a version
+    that does not start with ``MAJOR.MINOR``."""
+    found = _VERSION.match(version) if isinstance(version, str) else None
+    if found is None:
+        raise ValueError(
+            f"vLLM version {version!r}: want MAJOR.MINOR or MAJOR.MINOR.PATCH, e.g. 0.4.2"
+        )
+    release = tuple(int(part or 0) for part in found.groups())
+    engine = "vllm-v0" if release < VLLM_V1_FROM else "vllm"
+    backend = "paged" if release < VLLM_FLASH_DECODE_FROM else "flash"
+    return (engine + "-eager" if eager else engine), backend

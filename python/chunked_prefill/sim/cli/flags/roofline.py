@@ -17,6 +17,7 @@ from ...engines.software import (
     DEFAULT_ATTENTION_BACKEND,
     DEFAULT_SERVING_ENGINE,
     SERVING_ENGINES,
+    vllm_software,
 )
 
 LINEAR_FLAGS = (
@@ -97,7 +98,8 @@ def _add_override_flags(g: Any) -> None:
 
 
 def add_software_flags(g: Any) -> None:
-    """``--serving-engine`` and ``--attention-backend`` (the roofline's software terms)."""
+    """``--serving-engine``, ``--attention-backend`` (the roofline's software terms) and
+    ``--vllm-version``, which picks both."""
     g.add_argument(
         "--serving-engine",
         choices=list(SERVING_ENGINES),
@@ -114,10 +116,29 @@ def add_software_flags(g: Any) -> None:
         + ", ".join(ATTENTION_BACKENDS)
         + f" (default: {DEFAULT_ATTENTION_BACKEND})",
     )
+    g.add_argument(
+        "--vllm-version",
+        metavar="X.Y.Z",
+        help="the vLLM release to model, with CUDA graphs: picks --serving-engine (vllm-v0"
+        " before 0.8, vllm from it) and --attention-backend (paged before 0.4.3, flash from"
+        " it); not with either",
+    )
 
 
 def software_options(args: argparse.Namespace) -> dict[str, str]:
-    """``engine_for``'s software keywords from the flags (defaults where not given)."""
+    """``engine_for``'s software keywords from the flags (defaults where not given).
+    Raises :class:`UsageError` for a bad ``--vllm-version`` or one given with a flag it
+    picks."""
+    version = getattr(args, "vllm_version", None)
+    if version is not None:
+        for flag, name in SOFTWARE_FLAGS[:2]:
+            if getattr(args, name, None) is not None:
+                raise UsageError(f"argument {flag}: not with --vllm-version, which picks it")
+        try:
+            engine, backend = vllm_software(version)
+        except ValueError as err:
+            raise UsageError(f"argument --vllm-version: {err}") from None
+        return {"serving_engine": engine, "attention_backend": backend}
     return {
         "serving_engine": getattr(args, "serving_engine", None) or DEFAULT_SERVING_ENGINE,
         "attention_backend": getattr(args, "attention_backend", None) or DEFAULT_ATTENTION_BACKEND,
@@ -127,8 +148,9 @@ def software_options(args: argparse.Namespace) -> dict[str, str]:
 SOFTWARE_FLAGS = (
     ("--serving-engine", "serving_engine"),
     ("--attention-backend", "attention_backend"),
+    ("--vllm-version", "vllm_version"),
 )
-"""The software flags and their ``argparse`` names: both go with ``--model`` only."""
+"""The software flags and their ``argparse`` names: they go with ``--model`` only."""
 
 
 DTYPE_FLAGS = (("--kv-cache-dtype", "kv_cache_dtype"), ("--quantization", "quantization"))
