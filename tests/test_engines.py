@@ -171,6 +171,11 @@ def test_vllm_software_refuses_what_is_no_release(version: str) -> None:
         vllm_software(version)
 
 
+def test_vllm_software_refuses_a_version_that_is_no_string() -> None:
+    with pytest.raises(TypeError, match=r"vLLM version must be a string such as '0.4.2', got 0.4"):
+        vllm_software(0.4)  # type: ignore[arg-type]
+
+
 def test_eager_launches_bound_a_short_step() -> None:
     spec = ModelSpec(
         name="tiny",

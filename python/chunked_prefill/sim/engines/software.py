@@ -205,9 +205,11 @@ def vllm_software(version: str, *, eager: bool = False) -> tuple[str, str]:
     """The :data:`SERVING_ENGINES` and :data:`ATTENTION_BACKENDS` names that model vLLM
     release ``version`` (``"0.4.2"``, ``"v0.6.4.post1"``, ``"0.10.1rc1"``): ``vllm-v0``
     before 0.8, ``vllm`` from it (``-eager`` with ``eager``, vLLM's ``enforce_eager``);
-    ``paged`` before 0.4.3, ``flash`` from it. Raises :class:`ValueError` for a version
-    that does not start with ``MAJOR.MINOR``."""
-    found = _VERSION.match(version) if isinstance(version, str) else None
+    ``paged`` before 0.4.3, ``flash`` from it. Raises :class:`TypeError` for a version that
+    is no string, :class:`ValueError` for one that does not start with ``MAJOR.MINOR``."""
+    if not isinstance(version, str):
+        raise TypeError(f"vLLM version must be a string such as '0.4.2', got {version!r}")
+    found = _VERSION.match(version)
     if found is None:
         raise ValueError(
             f"vLLM version {version!r}: want MAJOR.MINOR or MAJOR.MINOR.PATCH, e.g. 0.4.2"
