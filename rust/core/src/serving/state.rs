@@ -66,6 +66,107 @@ fn rule(path: impl Into<String>, message: impl Into<String>) -> CoreError {
     }
 }
 
+/// The scheduler's counters, then every record's, at most [`COUNTER_MAX`].
+fn check_counters(counters: [u128; 3], requests: &[RequestRecord]) -> Result<(), CoreError> {
+    let names = ["step_index", "num_preemptions", "num_cached_tokens"];
+    for (name, value) in names.into_iter().zip(counters) {
+        if value > COUNTER_MAX {
+            return Err(CoreError::CounterTooLarge { name, value });
+        }
+    }
+    for (at, record) in requests.iter().enumerate() {
+        for (name, value) in [
+            ("num_preemptions", record.num_preemptions),
+            ("num_cached_tokens", record.num_cached_tokens),
+        ] {
+            if value > COUNTER_MAX {
+                let path = format!("requests[{at}].{name}");
+                return Err(rule(
+                    path,
+                    format!("must be at most {COUNTER_MAX}, got {value}"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The free queue: blocks of the pool, none held, none twice, and with the held ones every
+/// block of the pool.
+fn check_free_queue(
+    free_queue: &[usize],
+    held: &HashMap<usize, usize>,
+    num_blocks: usize,
+) -> Result<(), CoreError> {
+    let mut queued = HashSet::new();
+    for (j, &block) in free_queue.iter().enumerate() {
+        let path = format!("free_queue[{j}]");
+        if block >= num_blocks {
+            return Err(rule(
+                path,
+                format!("block {block} is not below num_blocks {num_blocks}"),
+            ));
+        }
+        if held.contains_key(&block) {
+            return Err(rule(path, format!("block {block} is held by a request")));
+        }
+        if !queued.insert(block) {
+            return Err(rule(path, format!("block {block} is queued twice")));
+        }
+    }
+    let missing = num_blocks - free_queue.len() - held.len();
+    if missing > 0 {
+        return Err(rule(
+            "free_queue",
+            format!("{missing} blocks are neither free nor held"),
+        ));
+    }
+    Ok(())
+}
+
+/// The registered hashes: blocks of the pool in increasing order, each hash once.
+fn check_block_hashes(
+    block_hashes: &[(usize, BlockHash)],
+    num_blocks: usize,
+) -> Result<(), CoreError> {
+    let mut hashes = HashSet::new();
+    for (j, &(block, hash)) in block_hashes.iter().enumerate() {
+        let path = format!("block_hashes[{j}]");
+        if block >= num_blocks {
+            return Err(rule(
+                path,
+                format!("block {block} is not below num_blocks {num_blocks}"),
+            ));
+        }
+        if j > 0 && block_hashes[j - 1].0 >= block {
+            return Err(rule(path, "block ids must be strictly increasing"));
+        }
+        if !hashes.insert(hash) {
+            return Err(rule(path, "hash already registered for another block"));
+        }
+    }
+    Ok(())
+}
+
+/// The pool of a checked state: every block free or held, so exactly as large as the state.
+fn restored_pool(
+    held: &HashMap<usize, usize>,
+    free_queue: &[usize],
+    block_hashes: &[(usize, BlockHash)],
+    config: &ServingConfig,
+) -> Result<BlockPool, CoreError> {
+    let num_blocks = config.num_blocks;
+    let too_big = || CoreError::OutOfMemory {
+        what: format!("from_state(): a pool of {num_blocks} KV blocks"),
+    };
+    let mut owners: Vec<usize> = Vec::new();
+    owners
+        .try_reserve_exact(num_blocks)
+        .map_err(|_| too_big())?;
+    owners.extend((0..num_blocks).map(|b| held.get(&b).copied().unwrap_or(0)));
+    BlockPool::restore(&owners, config.block_size, free_queue, block_hashes).map_err(|_| too_big())
+}
+
 impl ServingScheduler {
     /// Export the scheduler between steps.
     ///
@@ -126,37 +227,32 @@ impl ServingScheduler {
             block_hashes,
         } = state;
         let mut scheduler = Self::new(config)?;
-        for (name, value) in [
-            ("step_index", step_index),
-            ("num_preemptions", num_preemptions),
-            ("num_cached_tokens", num_cached_tokens),
-        ] {
-            if value > COUNTER_MAX {
-                return Err(CoreError::CounterTooLarge { name, value });
-            }
-        }
-        for (at, record) in requests.iter().enumerate() {
-            for (name, value) in [
-                ("num_preemptions", record.num_preemptions),
-                ("num_cached_tokens", record.num_cached_tokens),
-            ] {
-                if value > COUNTER_MAX {
-                    let path = format!("requests[{at}].{name}");
-                    return Err(rule(
-                        path,
-                        format!("must be at most {COUNTER_MAX}, got {value}"),
-                    ));
-                }
-            }
-        }
-        let config = scheduler.config().clone();
-        let num_blocks = config.num_blocks;
+        check_counters([step_index, num_preemptions, num_cached_tokens], &requests)?;
+        let held = scheduler.check_tables(&requests)?;
+        let config = scheduler.config();
+        check_free_queue(&free_queue, &held, config.num_blocks)?;
+        check_block_hashes(&block_hashes, config.num_blocks)?;
+        let pool = restored_pool(&held, &free_queue, &block_hashes, config)?;
+        let requests = (requests.into_iter().enumerate())
+            .map(|(seq, record)| Request::restore(record, seq as u64));
+        scheduler.restore(
+            requests,
+            pool,
+            [step_index, num_preemptions, num_cached_tokens],
+        );
+        Ok(scheduler)
+    }
 
+    /// Every record's own rules and its block table's, then `max_running`: the owners of
+    /// each block held.
+    fn check_tables(&self, requests: &[RequestRecord]) -> Result<HashMap<usize, usize>, CoreError> {
+        let config = self.config();
+        let num_blocks = config.num_blocks;
         let mut ids = HashSet::new();
         let mut held: HashMap<usize, usize> = HashMap::new();
         let mut running = 0_usize;
         for (at, record) in requests.iter().enumerate() {
-            scheduler.check_record(at, record, &mut ids)?;
+            self.check_record(at, record, &mut ids)?;
             let mut own = HashSet::new();
             for (j, &block) in record.block_table.iter().enumerate() {
                 let path = format!("requests[{at}].block_table[{j}]");
@@ -185,65 +281,7 @@ impl ServingScheduler {
                 ),
             ));
         }
-        let mut queued = HashSet::new();
-        for (j, &block) in free_queue.iter().enumerate() {
-            let path = format!("free_queue[{j}]");
-            if block >= num_blocks {
-                return Err(rule(
-                    path,
-                    format!("block {block} is not below num_blocks {num_blocks}"),
-                ));
-            }
-            if held.contains_key(&block) {
-                return Err(rule(path, format!("block {block} is held by a request")));
-            }
-            if !queued.insert(block) {
-                return Err(rule(path, format!("block {block} is queued twice")));
-            }
-        }
-        let missing = num_blocks - free_queue.len() - held.len();
-        if missing > 0 {
-            return Err(rule(
-                "free_queue",
-                format!("{missing} blocks are neither free nor held"),
-            ));
-        }
-        let mut hashes = HashSet::new();
-        for (j, &(block, hash)) in block_hashes.iter().enumerate() {
-            let path = format!("block_hashes[{j}]");
-            if block >= num_blocks {
-                return Err(rule(
-                    path,
-                    format!("block {block} is not below num_blocks {num_blocks}"),
-                ));
-            }
-            if j > 0 && block_hashes[j - 1].0 >= block {
-                return Err(rule(path, "block ids must be strictly increasing"));
-            }
-            if !hashes.insert(hash) {
-                return Err(rule(path, "hash already registered for another block"));
-            }
-        }
-
-        // Every block is free or held: the pool is exactly as large as the state.
-        let too_big = || CoreError::OutOfMemory {
-            what: format!("from_state(): a pool of {num_blocks} KV blocks"),
-        };
-        let mut owners: Vec<usize> = Vec::new();
-        owners
-            .try_reserve_exact(num_blocks)
-            .map_err(|_| too_big())?;
-        owners.extend((0..num_blocks).map(|b| held.get(&b).copied().unwrap_or(0)));
-        let pool = BlockPool::restore(&owners, config.block_size, &free_queue, &block_hashes)
-            .map_err(|_| too_big())?;
-        let requests = (requests.into_iter().enumerate())
-            .map(|(seq, record)| Request::restore(record, seq as u64));
-        scheduler.restore(
-            requests,
-            pool,
-            [step_index, num_preemptions, num_cached_tokens],
-        );
-        Ok(scheduler)
+        Ok(held)
     }
 
     /// The per-request rules of [`from_state`](Self::from_state).
