@@ -396,124 +396,100 @@ def _at_least_gain(factor: float) -> Callable[[float, float], bool]:
     return lambda old, new: old / new >= factor
 
 
-def measure(args: argparse.Namespace, sides: list[Side], cache: Path) -> list[Row]:
-    """Every chosen measurement, the sides alternating round by round."""
-    chosen = [m for m in MEASUREMENTS if getattr(args, m.replace("-", "_"))] or list(MEASUREMENTS)
-    rows: list[Row] = []
-    requests = str(args.requests)
+def _by_side(runs: dict[str, list[Run]], value: Callable[[Run], float]) -> dict[str, list[float]]:
+    return {label: [value(r) for r in rs] for label, rs in runs.items()}
 
-    if "simulate" in chosen:
-        command = ["-m", "chunked_prefill", "simulate", "--requests", requests, *SIMULATE_OPTIONS]
-        print(f"simulate: python {' '.join(command)}")
+
+def _simulate_rows(args: argparse.Namespace, sides: list[Side], cache: Path) -> list[Row]:
+    command = ["-m", "chunked_prefill", "simulate", "--requests", str(args.requests)]
+    command += SIMULATE_OPTIONS
+    print(f"simulate: python {' '.join(command)}")
+    runs = alternate(sides, args.rounds, command, cache)
+    wall = _by_side(runs, lambda r: r.wall_s)
+    return [
+        Row("simulate, whole process", "s", ">=3x", True, wall, met=_at_least_gain(3)),
+        Row("simulate, peak RSS", "MiB", "", True, _by_side(runs, lambda r: r.peak_mib)),
+    ]
+
+
+def _sim_rate_rows(args: argparse.Namespace, sides: list[Side], cache: Path) -> list[Row]:
+    print(f"sim-rate: simulate_serving of {args.requests} default-workload requests")
+    runs = alternate(sides, args.rounds, ["-c", SIM_RATE_CODE, str(args.requests)], cache)
+    results = {label: [json.loads(r.stdout) for r in rs] for label, rs in runs.items()}
+    steps = {label: sorted({r["steps"] for r in rs}) for label, rs in results.items()}
+    if len({tuple(s) for s in steps.values()}) > 1:
+        print(f"  note: the two sides took different step counts: {steps}")
+    rates = {label: [args.requests / r["seconds"] for r in rs] for label, rs in results.items()}
+    met = lambda old, new: new >= 500_000  # noqa: E731
+    return [Row("simulation alone", "requests/s", ">=500 000/s", False, rates, met=met)]
+
+
+def _memory_rows(args: argparse.Namespace, sides: list[Side], cache: Path) -> list[Row]:
+    script = str(ROOT / "scripts" / "sim_memory.py")
+    print(f"memory: python {script} {args.memory_requests}")
+    command = [script, str(args.memory_requests)]
+    # Not warmed: a million requests take a while, and the peak is what is measured.
+    runs = alternate(sides, args.memory_rounds, command, cache, warm=False)
+    what = f"{args.memory_requests:,} requests"
+    peak = _by_side(runs, lambda r: r.peak_mib)
+    met = lambda old, new: new * 2**20 < 300e6  # noqa: E731
+    return [
+        Row(f"{what}, peak RSS", "MiB", "<300 MB", True, peak, met=met),
+        Row(f"{what}, whole process", "s", "", True, _by_side(runs, lambda r: r.wall_s)),
+    ]
+
+
+def _trace_rows(args: argparse.Namespace, sides: list[Side], cache: Path) -> list[Row]:
+    trace = cache / f"trace-{args.trace_rows}.csv"
+    if not trace.exists():
+        write_trace(trace, args.trace_rows)
+    command = ["-m", "chunked_prefill", "simulate", "--trace", str(trace), *SIMULATE_OPTIONS]
+    print(f"trace: python {' '.join(command)}")
+    wall = _by_side(alternate(sides, args.rounds, command, cache), lambda r: r.wall_s)
+    name = f"simulate --trace, {args.trace_rows:,} rows"
+    return [Row(name, "s", ">=3x", True, wall, met=_at_least_gain(3))]
+
+
+def _step_rows(args: argparse.Namespace, sides: list[Side], cache: Path) -> list[Row]:
+    rows = []
+    for decodes in args.decodes:
+        print(
+            f"step: {decodes} decodes, 1 000 waiting; {args.step_rounds} rounds of"
+            f" {args.step_steps} steps per process"
+        )
+        command = ["-c", STEP_CODE, str(decodes), str(args.step_rounds), str(args.step_steps)]
         runs = alternate(sides, args.rounds, command, cache)
-        rows.append(
-            Row(
-                "simulate, whole process",
-                "s",
-                ">=3x",
-                True,
-                {label: [r.wall_s for r in rs] for label, rs in runs.items()},
-                met=_at_least_gain(3),
+        # Per-step seconds of every round of every process of a side.
+        per_step = {
+            label: [s for r in rs for s in json.loads(r.stdout)] for label, rs in runs.items()
+        }
+        # The row's median of one value is that value: the best round of all.
+        best = {label: [min(values)] for label, values in per_step.items()}
+        for name, samples in (("best", best), ("median", per_step)):
+            goal, met = STEP_GOALS.get((decodes, name), ("", None))
+            rows.append(
+                Row(f"step, {decodes} decodes, {name}", "µs", goal, True, samples, 1e6, met)
             )
-        )
-        rows.append(
-            Row(
-                "simulate, peak RSS",
-                "MiB",
-                "",
-                True,
-                {label: [r.peak_mib for r in rs] for label, rs in runs.items()},
-            )
-        )
-
-    if "sim-rate" in chosen:
-        print(f"sim-rate: simulate_serving of {requests} default-workload requests")
-        runs = alternate(sides, args.rounds, ["-c", SIM_RATE_CODE, requests], cache)
-        results = {label: [json.loads(r.stdout) for r in rs] for label, rs in runs.items()}
-        steps = {label: sorted({r["steps"] for r in rs}) for label, rs in results.items()}
-        if len({tuple(s) for s in steps.values()}) > 1:
-            print(f"  note: the two sides took different step counts: {steps}")
-        rows.append(
-            Row(
-                "simulation alone",
-                "requests/s",
-                ">=500 000/s",
-                False,
-                {
-                    label: [args.requests / r["seconds"] for r in rs]
-                    for label, rs in results.items()
-                },
-                met=lambda old, new: new >= 500_000,
-            )
-        )
-
-    if "memory" in chosen:
-        script = str(ROOT / "scripts" / "sim_memory.py")
-        print(f"memory: python {script} {args.memory_requests}")
-        command = [script, str(args.memory_requests)]
-        # Not warmed: a million requests take a while, and the peak is what is measured.
-        runs = alternate(sides, args.memory_rounds, command, cache, warm=False)
-        rows.append(
-            Row(
-                f"{args.memory_requests:,} requests, peak RSS",
-                "MiB",
-                "<300 MB",
-                True,
-                {label: [r.peak_mib for r in rs] for label, rs in runs.items()},
-                met=lambda old, new: new * 2**20 < 300e6,
-            )
-        )
-        rows.append(
-            Row(
-                f"{args.memory_requests:,} requests, whole process",
-                "s",
-                "",
-                True,
-                {label: [r.wall_s for r in rs] for label, rs in runs.items()},
-            )
-        )
-
-    if "trace" in chosen:
-        trace = cache / f"trace-{args.trace_rows}.csv"
-        if not trace.exists():
-            write_trace(trace, args.trace_rows)
-        command = ["-m", "chunked_prefill", "simulate", "--trace", str(trace), *SIMULATE_OPTIONS]
-        print(f"trace: python {' '.join(command)}")
-        runs = alternate(sides, args.rounds, command, cache)
-        rows.append(
-            Row(
-                f"simulate --trace, {args.trace_rows:,} rows",
-                "s",
-                ">=3x",
-                True,
-                {label: [r.wall_s for r in rs] for label, rs in runs.items()},
-                met=_at_least_gain(3),
-            )
-        )
-
-    if "step" in chosen:
-        for decodes in args.decodes:
-            print(
-                f"step: {decodes} decodes, 1 000 waiting; {args.step_rounds} rounds of"
-                f" {args.step_steps} steps per process"
-            )
-            command = ["-c", STEP_CODE, str(decodes), str(args.step_rounds), str(args.step_steps)]
-            runs = alternate(sides, args.rounds, command, cache)
-            # Per-step seconds of every round of every process of a side.
-            per_step = {
-                label: [s for r in rs for s in json.loads(r.stdout)] for label, rs in runs.items()
-            }
-            # The row's median of one value is that value: the best round of all.
-            best = {label: [min(values)] for label, values in per_step.items()}
-            for name, samples in (("best", best), ("median", per_step)):
-                goal, met = STEP_GOALS.get((decodes, name), ("", None))
-                row = Row(f"step, {decodes} decodes, {name}", "µs", goal, True, samples, 1e6, met)
-                rows.append(row)
     return rows
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Parse the options, build or find the revision, measure both sides, print the table."""
+MEASURE = {
+    "simulate": _simulate_rows,
+    "sim-rate": _sim_rate_rows,
+    "memory": _memory_rows,
+    "trace": _trace_rows,
+    "step": _step_rows,
+}
+"""Each measurement's rows, by its flag (the order of :data:`MEASUREMENTS`)."""
+
+
+def measure(args: argparse.Namespace, sides: list[Side], cache: Path) -> list[Row]:
+    """Every chosen measurement, the sides alternating round by round."""
+    chosen = [m for m in MEASUREMENTS if getattr(args, m.replace("-", "_"))] or list(MEASUREMENTS)
+    return [row for name in chosen for row in MEASURE[name](args, sides, cache)]
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description="Issue 25's measurements on this checkout and a git revision, side by side.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -583,22 +559,40 @@ def main(argv: list[str] | None = None) -> None:
         help="steps per round of --step (default: 50)",
     )
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every sample to this file")
-    args = parser.parse_args(argv)
+    return parser
 
+
+def _revision_directory(args: argparse.Namespace, commit: str, cache: Path) -> Path:
+    """The revision's package directory: built into the cache, or the one given (noting
+    when it is not a checkout of ``commit``)."""
+    if args.revision_pythonpath is None:
+        return build(commit, cache)
+    directory: Path = args.revision_pythonpath
+    checked_out = subprocess.run(
+        ["git", "-C", str(directory), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    if checked_out != commit:
+        print(f"note: {directory} is not a checkout of {commit[:12]} ({checked_out or '?'})")
+    return directory
+
+
+def _write_json(path: Path, commit: str, rows: list[Row]) -> None:
+    samples = [
+        {"name": r.name, "unit": r.unit, "scale": r.scale, "samples": r.samples} for r in rows
+    ]
+    document = {"revision": commit, "checkout": _git("rev-parse", "HEAD"), "rows": samples}
+    path.write_text(json.dumps(document, indent=1))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the options, build or find the revision, measure both sides, print the table."""
+    args = _parser().parse_args(argv)
     revision = args.revision or default_revision()
     commit = _git("rev-parse", "--verify", f"{revision}^{{commit}}")
     cache = args.cache_dir.resolve()
     cache.mkdir(parents=True, exist_ok=True)
     print(f"cache: {cache}")
-    if args.revision_pythonpath is None:
-        directory = build(commit, cache)
-    else:
-        directory = args.revision_pythonpath
-        checked_out = subprocess.run(
-            ["git", "-C", str(directory), "rev-parse", "HEAD"], capture_output=True, text=True
-        ).stdout.strip()
-        if checked_out != commit:
-            print(f"note: {directory} is not a checkout of {commit[:12]} ({checked_out or '?'})")
+    directory = _revision_directory(args, commit, cache)
     sides = [
         _revision_side(revision, commit, directory.resolve(), cache),
         _checkout_side(cache),
@@ -606,19 +600,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = measure(args, sides, cache)
     print_table(rows, sides)
     if args.json is not None:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "revision": commit,
-                    "checkout": _git("rev-parse", "HEAD"),
-                    "rows": [
-                        {"name": r.name, "unit": r.unit, "scale": r.scale, "samples": r.samples}
-                        for r in rows
-                    ],
-                },
-                indent=1,
-            )
-        )
+        _write_json(args.json, commit, rows)
 
 
 if __name__ == "__main__":
