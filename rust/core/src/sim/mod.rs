@@ -12,6 +12,7 @@
 //! [`ServingScheduler`]: crate::serving::ServingScheduler
 
 mod engine;
+mod error;
 mod metrics;
 mod roofline;
 mod router;
@@ -21,9 +22,10 @@ mod tokens;
 mod workload;
 
 pub use engine::{chunk_pairs, EngineModel, StepShape};
+pub use error::SimError;
 pub use metrics::{Outcome, KV_SERIES_CAP};
 pub use roofline::{pow_int, Roofline};
 pub use router::{outstanding, Fleet, Router};
-pub use run::{check_fits, run, run_fleet, run_fleet_until, SimError, SimOptions, POLL_EVERY};
+pub use run::{check_fits, run, run_fleet, run_fleet_until, SimOptions, POLL_EVERY};
 pub use step::StepModel;
 pub use workload::{token_id, TokenPlan, Workload, NO_GROUP};

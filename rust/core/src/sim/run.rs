@@ -14,15 +14,14 @@
 //! events and routed requests the loop asks its caller's hook whether to stop (the Python
 //! binding runs the interpreter's signal handlers there, so Ctrl-C stops a run).
 
-use std::fmt;
-
 use super::engine::StepShape;
+use super::error::SimError;
 use super::metrics::Outcome;
 use super::router::{outstanding, Fleet, Router};
 use super::step::StepModel;
-use super::tokens::{GapRun, StepGaps, Track};
+use super::tokens::{record_samples, GapRun, Recorder, Sampled, StepGaps, Track};
 use super::workload::Workload;
-use crate::serving::{Batch, Prompt, SampledTokens, ServingConfig, ServingScheduler, TokenIds};
+use crate::serving::{Prompt, SampledTokens, ServingConfig, ServingScheduler, TokenIds};
 use crate::CoreError;
 
 /// What a run needs beside the workload.
@@ -35,95 +34,6 @@ pub struct SimOptions {
     /// Stop with [`SimError::StepLimit`] after this many steps.
     pub max_steps: u64,
 }
-
-/// Why a run could not finish.
-#[derive(Debug, Clone, PartialEq)]
-pub enum SimError {
-    /// The configuration breaks a rule of the serving scheduler.
-    Config(String),
-    /// A request needs more blocks than the pool can ever give it.
-    NeverFits {
-        /// The request's index in the workload.
-        request: usize,
-        /// Its prompt length.
-        prompt_tokens: u64,
-        /// Its output length.
-        output_tokens: u64,
-        /// Blocks it needs at its longest.
-        needed: u64,
-        /// Blocks admission may use.
-        usable: u64,
-    },
-    /// No replica can plan a step and no request is left to arrive (the scheduler's rules
-    /// should make this impossible; reported instead of looping).
-    Stalled {
-        /// Requests finished by then.
-        done: usize,
-        /// Requests in the workload.
-        requests: usize,
-    },
-    /// What the run would build does not fit in memory (a prompt's token ids, the
-    /// per-request records); nothing ran past it.
-    OutOfMemory {
-        /// What was too big (`request 0's prompt of 1099511627776 token ids`).
-        what: String,
-    },
-    /// The caller's stop hook asked the loop to stop ([`run_fleet_until`]); nothing is
-    /// returned of the run.
-    Interrupted {
-        /// Requests finished by then.
-        done: usize,
-        /// Requests in the workload.
-        requests: usize,
-    },
-    /// The run reached `max_steps`.
-    StepLimit {
-        /// The limit.
-        steps: u64,
-        /// Requests finished by then.
-        done: usize,
-        /// Requests in the workload.
-        requests: usize,
-    },
-}
-
-impl fmt::Display for SimError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Config(text) => f.write_str(text),
-            Self::NeverFits {
-                request,
-                prompt_tokens,
-                output_tokens,
-                needed,
-                usable,
-            } => write!(
-                f,
-                "request {request} (prompt {prompt_tokens} tokens, output {output_tokens}) needs \
-                 {needed} KV blocks at its longest, but the pool has {usable} usable blocks: it \
-                 could never run"
-            ),
-            Self::OutOfMemory { what } => write!(f, "{what} does not fit in memory"),
-            Self::Stalled { done, requests } => write!(
-                f,
-                "no replica can plan a step with {done} of {requests} requests done"
-            ),
-            Self::Interrupted { done, requests } => {
-                write!(f, "interrupted with {done} of {requests} requests done")
-            }
-            Self::StepLimit {
-                steps,
-                done,
-                requests,
-            } => write!(
-                f,
-                "reached the limit of {steps} steps with {done} of {requests} requests done"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for SimError {}
 
 /// The first request that can never fit the pool: it needs `ceil((prompt + output - 1) /
 /// block_size)` blocks at its longest, above `num_blocks - watermark blocks`.
@@ -632,65 +542,4 @@ impl Loop<'_> {
         self.fleet_used = self.fleet_used - replica.held + held;
         replica.held = held;
     }
-}
-
-/// What a completed step sampled.
-struct Sampled<'a> {
-    batch: &'a Batch,
-    /// The step's index on its replica, and when it ended.
-    step: u64,
-    end: f64,
-    prompts: &'a [u64],
-}
-
-/// The replica's parts that record it.
-struct Recorder<'a> {
-    replica_gaps: &'a mut StepGaps,
-    replica_silent: &'a mut Vec<usize>,
-    chunks: &'a [(usize, u64)],
-    sched: &'a ServingScheduler,
-}
-
-/// Record the tokens a completed step sampled (see `tokens.rs`): the run of the decodes that
-/// sampled in the step before, then the others (this step's silent decodes, in rank order,
-/// then the prefill items that sampled, in item order). Returns the step's decodes and how
-/// many of them its batch lists.
-fn record_samples(
-    s: Sampled<'_>,
-    r: Recorder<'_>,
-    tracks: &mut [Track],
-    scratch: &mut Vec<usize>,
-    runs: &mut GapRun,
-    out: &mut Outcome,
-) -> (usize, usize) {
-    // This step's silent decodes: a chunk of the step before left them one token to compute
-    // without sampling (unless preempted since). Rank order, as their items.
-    scratch.clear();
-    scratch.extend(r.replica_silent.drain(..).filter(|&i| tracks[i].silent));
-    scratch.sort_by_key(|&i| r.sched.rank_of(i as u64));
-    // This step's chunks that leave one token so: their decode is the next step's.
-    for &(i, now) in r.chunks {
-        let track = &mut tracks[i];
-        if now + 1 == s.prompts[i] + track.emitted {
-            track.silent = true;
-            r.replica_silent.push(i);
-        }
-    }
-    let decodes = s.batch.num_decode_tokens();
-    let run = (decodes - scratch.len()) as u64;
-    if run > 0 {
-        let gap = s.end - r.replica_gaps.last_end;
-        runs.add(gap, run);
-        r.replica_gaps.push(s.step, gap);
-    }
-    let listed = if s.batch.is_lean() { 0 } else { decodes };
-    let prefills = s.batch.sampling_ids()[listed..]
-        .iter()
-        .map(|&id| id as usize);
-    for i in scratch.iter().copied().chain(prefills) {
-        let track = &mut tracks[i];
-        track.sampled(s.end, runs, out, i);
-        track.join(s.step);
-    }
-    (decodes, listed)
 }

@@ -11,6 +11,7 @@
 //! the same order, so the two give the same arrays.
 
 use super::metrics::Outcome;
+use crate::serving::{Batch, ServingScheduler};
 
 /// What the loop follows of one request, 32 bytes of the run's memory per request. Its last
 /// token's time and its longest gap so far live in the outcome's `finish` and `max_gap`,
@@ -195,6 +196,67 @@ impl GapRun {
         self.runs.shrink_to_fit();
         out.gaps = self.runs;
     }
+}
+
+/// What a completed step sampled.
+pub(super) struct Sampled<'a> {
+    pub(super) batch: &'a Batch,
+    /// The step's index on its replica, and when it ended.
+    pub(super) step: u64,
+    pub(super) end: f64,
+    pub(super) prompts: &'a [u64],
+}
+
+/// The replica's parts that record it.
+pub(super) struct Recorder<'a> {
+    pub(super) replica_gaps: &'a mut StepGaps,
+    pub(super) replica_silent: &'a mut Vec<usize>,
+    pub(super) chunks: &'a [(usize, u64)],
+    pub(super) sched: &'a ServingScheduler,
+}
+
+/// Record the tokens a completed step sampled (see `tokens.rs`): the run of the decodes that
+/// sampled in the step before, then the others (this step's silent decodes, in rank order,
+/// then the prefill items that sampled, in item order). Returns the step's decodes and how
+/// many of them its batch lists.
+pub(super) fn record_samples(
+    s: Sampled<'_>,
+    r: Recorder<'_>,
+    tracks: &mut [Track],
+    scratch: &mut Vec<usize>,
+    runs: &mut GapRun,
+    out: &mut Outcome,
+) -> (usize, usize) {
+    // This step's silent decodes: a chunk of the step before left them one token to compute
+    // without sampling (unless preempted since). Rank order, as their items.
+    scratch.clear();
+    scratch.extend(r.replica_silent.drain(..).filter(|&i| tracks[i].silent));
+    scratch.sort_by_key(|&i| r.sched.rank_of(i as u64));
+    // This step's chunks that leave one token so: their decode is the next step's.
+    for &(i, now) in r.chunks {
+        let track = &mut tracks[i];
+        if now + 1 == s.prompts[i] + track.emitted {
+            track.silent = true;
+            r.replica_silent.push(i);
+        }
+    }
+    let decodes = s.batch.num_decode_tokens();
+    let run = (decodes - scratch.len()) as u64;
+    if run > 0 {
+        let gap = s.end - r.replica_gaps.last_end;
+        runs.add(gap, run);
+        r.replica_gaps.push(s.step, gap);
+    }
+    let listed = if s.batch.is_lean() { 0 } else { decodes };
+    let prefills = s.batch.sampling_ids()[listed..]
+        .iter()
+        .map(|&id| id as usize);
+    for i in scratch.iter().copied().chain(prefills) {
+        let track = &mut tracks[i];
+        track.sampled(s.end, runs, out, i);
+        track.join(s.step);
+    }
+    (decodes, listed)
 }
 
 #[cfg(test)]
