@@ -251,6 +251,7 @@ impl<'a> Loop<'a> {
 
     /// Event after event until every request is done: the steps ending now complete, the
     /// requests arrived by now are routed, then each idle replica with requests starts a step.
+    #[inline(always)] // called once: the loop stays one function, its callees inlined as before
     fn run(&mut self) -> Result<(), SimError> {
         let n = self.workload.len();
         while self.done < n {
