@@ -3,10 +3,12 @@ scripts/published_check.py prints, and the error targets it reports hold where m
 
 from __future__ import annotations
 
+import json
 import statistics
 
 import pytest
 
+from chunked_prefill.cli import main
 from script_module import ROOT, load_script
 
 check = load_script("published_check")
@@ -72,3 +74,19 @@ def test_qwen3_speed_counts_the_prompt_tokens() -> None:
     short, long = by_id["q3-8b-bf16-tp1-in1"], by_id["q3-8b-bf16-tp1-in30720"]
     # The long prompt's speed is far above the short one's only because the prompt counts.
     assert check.predict(long) > 5 * check.predict(short)
+
+
+def test_the_docs_command_line_of_a_ci_row_gives_its_prediction(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # docs/engines.md, "Predicting a benchmark yourself": benchmark_latency as simulate.
+    docs = (ROOT / "docs" / "engines.md").read_text(encoding="utf-8")
+    line = next(
+        x
+        for x in docs.splitlines()
+        if x.startswith("$ chunked-prefill simulate --model meta-llama/Meta-Llama-3-8B")
+    )
+    assert main(line.split()[2:]) == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    row = next(r for r in ROWS if r.id == "vllm-ci-llama8b_tp1-h100-sxm")
+    assert result["e2e_s"]["max"] * 1e3 == pytest.approx(check.predict(row), rel=1e-12)
