@@ -184,7 +184,7 @@ def test_a_config_json_with_head_dim_needs_no_divisible_hidden_size(tmp_path: Pa
         ),
         (
             ["--gpu-hbm-tbs", "1e-20"],
-            "the roofline's dense_read_s is 1.85e+18 s, above 3600 s: hbm_bandwidth"
+            "the roofline's dense_read_s is 1.67e+18 s, above 3600 s: hbm_bandwidth"
             " (--gpu-hbm-tbs) x weight_read_efficiency is too low for this model",
         ),
         (

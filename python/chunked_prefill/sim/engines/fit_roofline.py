@@ -5,7 +5,8 @@ efficiency factor of the GPU (:class:`~.gpus.GpuSpec`), or is a fixed time:
 
 - ``gemm`` (``token_s``, ``gemm_fixed_s``, ``expert_fixed_s``, ``head_row_s``):
   ``gemm_efficiency``;
-- ``weight_read`` (``dense_read_s``, ``expert_read_s``): ``weight_read_efficiency``;
+- ``weight_read`` (``dense_read_s`` less its GEMVs' fixed ``gemv_fixed_s``, which is kept,
+  ``expert_read_s``): ``weight_read_efficiency``;
 - ``attention`` (``pair_s``, the flash backend): ``attention_efficiency``;
 - ``chunk_attention`` (``chunk_sq_s``, the vidur backend): ``chunk_attention_efficiency``;
 - ``kv`` (``kv_token_s``): ``hbm_efficiency``;
@@ -118,6 +119,8 @@ class _Terms:
     n: Array
     fixed: Array
     """All-reduces: GPU time that is neither fitted nor scaled."""
+    gemv: float
+    """The GEMVs' fixed latency, on the weight-read side of ``max``, not scaled."""
     launch: float
     cpu_step: float
     start: Array
@@ -129,7 +132,8 @@ def _terms(r: RooflineModel, s: Steps) -> _Terms:
     rows = s.decode_tokens + s.chunks
     touched = r.experts * (1.0 - np.power(r.expert_miss, n)) if r.experts else np.zeros_like(n)
     comp = r.token_s * n + r.gemm_fixed_s + r.head_row_s * rows + r.expert_fixed_s * touched
-    mem = r.dense_read_s + r.expert_read_s * touched
+    # The GEMVs' fixed latency is not a read: it stays as it is while the reads scale.
+    mem = r.dense_read_s - r.gemv_fixed_s + r.expert_read_s * touched
     return _Terms(
         comp=comp,
         mem=mem,
@@ -139,6 +143,7 @@ def _terms(r: RooflineModel, s: Steps) -> _Terms:
         rows=rows,
         n=n,
         fixed=r.allreduce_call_s + r.allreduce_token_s * n,
+        gemv=r.gemv_fixed_s,
         launch=r.launch_s,
         cpu_step=r.cpu_step_s,
         start=np.array([1.0, 1.0, 1.0, 1.0, 1.0, r.overhead_s, r.seq_s]),
@@ -146,7 +151,7 @@ def _terms(r: RooflineModel, s: Steps) -> _Terms:
 
 
 def _gpu(x: Array, t: _Terms) -> Array:
-    linear: Array = np.maximum(x[_G] * t.comp, x[_W] * t.mem)
+    linear: Array = np.maximum(x[_G] * t.comp, x[_W] * t.mem + t.gemv)
     gpu: Array = x[_O] + linear + x[_A] * t.pairs + x[_C] * t.squares + x[_K] * t.kv + t.fixed
     return gpu
 
@@ -160,7 +165,7 @@ def _predict(x: Array, t: _Terms) -> Array:
 
 def _split(x: Array, t: _Terms) -> tuple[Mask, Mask]:
     """``(compute-bound, GPU-bound)`` of each step under ``x``."""
-    compute: Mask = x[_G] * t.comp > x[_W] * t.mem
+    compute: Mask = x[_G] * t.comp > x[_W] * t.mem + t.gemv
     bound: Mask = _gpu(x, t) > t.launch
     return compute, bound
 
@@ -194,6 +199,7 @@ def _fit_split(
     )  # fmt: skip
     free = _free(base, compute, bound, dense)
     offset = np.where(bound, t.fixed, t.launch) + t.cpu_step + cols[:, ~free] @ t.start[~free]
+    offset += t.gemv * (~compute & bound)  # the weight-read branch's fixed part
     y = s.duration_s - offset
     x = t.start.copy()
     scale = s.duration_s

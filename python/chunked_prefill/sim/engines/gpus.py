@@ -54,9 +54,9 @@ class GpuSpec:
     ``vidur`` attention backend)."""
     hbm_efficiency: float = 0.85
     """Achieved fraction of ``hbm_bandwidth`` reading the KV cache (decode attention)."""
-    weight_read_efficiency: float = 0.74
+    weight_read_efficiency: float = 0.80
     """Achieved fraction of ``hbm_bandwidth`` reading the weights at few tokens (the GEMVs
-    of a decode step)."""
+    of a decode step), beside each GEMV's fixed ``gemv_latency_s``."""
     link_efficiency: float = 0.80
     """Achieved fraction of ``link_bandwidth`` (NCCL bus bandwidth / link bandwidth)."""
     allreduce_latency_s: float = 25e-6
@@ -72,6 +72,10 @@ class GpuSpec:
     """Where the figures come from."""
     fp8_peak_flops: float = 0.0
     """Dense FP8 tensor-core FLOP/s (no sparsity); 0: no FP8 tensor cores (A100, A10G)."""
+    gemv_latency_s: float = 5.1e-6
+    """Fixed time of one linear layer's kernel at few tokens (its launch, ramp and tail),
+    beside reading its weights at ``weight_read_efficiency``: a step's weight reads take
+    ``bytes / (hbm_bandwidth x weight_read_efficiency)`` plus this per GEMV kernel."""
     moe_layer_s: float = 25e-6
     """Fixed GPU time per MoE layer and step: the fused-MoE call's latency at one token
     (sorting tokens by expert, two grouped GEMMs, the activation and the top-k sum), which
@@ -107,9 +111,12 @@ class GpuSpec:
 _NVIDIA = "https://www.nvidia.com/en-us/data-center/{}/"
 
 
-HOPPER_WEIGHT_READ_EFFICIENCY = 0.81
-"""Vidur's H100 fit of Llama-2-7B (t_min 5.7 ms) less 32 layers' small kernels (0.83 ms)
-reads its 13.2 GB of weights at 2.71 TB/s, 0.81 of 3.35 TB/s (docs/engines.md)."""
+HOPPER_WEIGHT_READ_EFFICIENCY = 0.898
+"""Vidur's H100 profiles of 6 models at TP 1 to 8 (84 projections at one token) fit
+4.4 us + bytes / (0.898 x 3.35 TB/s), median error 3.1 % (docs/engines.md)."""
+
+HOPPER_GEMV_LATENCY_S = 4.4e-6
+"""The same fit's fixed time per GEMV kernel."""
 
 
 GPUS: dict[str, GpuSpec] = {
@@ -139,6 +146,7 @@ GPUS: dict[str, GpuSpec] = {
         memory_bytes=80 * GIB,
         link_bandwidth=450e9,
         weight_read_efficiency=HOPPER_WEIGHT_READ_EFFICIENCY,
+        gemv_latency_s=HOPPER_GEMV_LATENCY_S,
         source=_NVIDIA.format("h100") + " (SXM: 989 TFLOP/s bf16 and 1 979 fp8 dense,"
         " 3.35 TB/s, NVLink 900 GB/s = 450 GB/s per direction)",
     ),
@@ -150,6 +158,7 @@ GPUS: dict[str, GpuSpec] = {
         memory_bytes=80 * GIB,
         link_bandwidth=64e9,
         weight_read_efficiency=HOPPER_WEIGHT_READ_EFFICIENCY,
+        gemv_latency_s=HOPPER_GEMV_LATENCY_S,
         source=_NVIDIA.format("h100") + " (PCIe: 1 513 TFLOP/s bf16 and 3 026 fp8 with"
         " sparsity, half that dense; 80 GB at 2.0 TB/s; PCIe Gen5 x16, 128 GB/s = 64 GB/s"
         " per direction: the NVLink bridge joins pairs of cards only)",
@@ -162,6 +171,7 @@ GPUS: dict[str, GpuSpec] = {
         memory_bytes=94_000_000_000,
         link_bandwidth=300e9,
         weight_read_efficiency=HOPPER_WEIGHT_READ_EFFICIENCY,
+        gemv_latency_s=HOPPER_GEMV_LATENCY_S,
         source=_NVIDIA.format("h100") + " (NVL: 1 671 TFLOP/s bf16 and 3 341 fp8 with"
         " sparsity, half that dense; 94 GB at 3.9 TB/s; NVLink bridge 600 GB/s = 300 GB/s"
         " per direction)",
@@ -174,6 +184,7 @@ GPUS: dict[str, GpuSpec] = {
         memory_bytes=141_000_000_000,
         link_bandwidth=450e9,
         weight_read_efficiency=HOPPER_WEIGHT_READ_EFFICIENCY,
+        gemv_latency_s=HOPPER_GEMV_LATENCY_S,
         source=_NVIDIA.format("h200") + " (SXM: 989 TFLOP/s bf16 and 1 979 fp8 dense, 141 GB"
         " at 4.8 TB/s, NVLink 900 GB/s = 450 GB/s per direction)",
     ),
@@ -185,6 +196,7 @@ GPUS: dict[str, GpuSpec] = {
         memory_bytes=96_000_000_000,
         link_bandwidth=450e9,
         weight_read_efficiency=HOPPER_WEIGHT_READ_EFFICIENCY,
+        gemv_latency_s=HOPPER_GEMV_LATENCY_S,
         source="https://willitrunai.com/es/gpus/h20-96gb (NVIDIA publishes no public"
         " datasheet: 148 TFLOP/s fp16 dense, 296 TOPS int8 = the fp8 rate on Hopper, 96 GB"
         " HBM3 at 4.0 TB/s, NVLink 900 GB/s = 450 GB/s per direction)",
@@ -197,6 +209,7 @@ GPUS: dict[str, GpuSpec] = {
         memory_bytes=180_000_000_000,
         link_bandwidth=900e9,
         weight_read_efficiency=HOPPER_WEIGHT_READ_EFFICIENCY,
+        gemv_latency_s=HOPPER_GEMV_LATENCY_S,
         source=_NVIDIA.format("hgx") + " (HGX B200, 8 GPUs: 36 PFLOP/s fp16/bf16 and 72"
         " fp8 with sparsity, 1.44 TB of HBM3e at 64 TB/s; per GPU, dense: 2.25 and 4.5"
         " PFLOP/s, 180 GB at 8 TB/s, NVLink 5 1.8 TB/s = 900 GB/s per direction)",

@@ -129,6 +129,9 @@ class RooflineModel:
     """The :data:`~.software.SERVING_ENGINES` entry the CPU terms come from."""
     attention_backend: str = "flash"
     """The :data:`~.software.ATTENTION_BACKENDS` entry prefill attention follows."""
+    gemv_fixed_s: float = 0.0
+    """The part of ``dense_read_s`` that is the GEMV kernels' fixed latency (not a
+    coefficient of its own: ``fit`` keeps it as it is while it scales the reads)."""
 
     @classmethod
     def build(
@@ -160,6 +163,9 @@ class RooflineModel:
         link = gpu.link_bandwidth * gpu.link_efficiency
         kv_reads = gpu.hbm_bandwidth * gpu.hbm_efficiency
         experts = model.num_local_experts
+        # One GEMV per projection: Q/K/V, O, and the MLP's two (a MoE layer: its router;
+        # its experts' GEMMs are the fused-MoE call of moe_layer_s), and the LM head.
+        gemv_fixed = gpu.gemv_latency_s * (layers * (3 if experts else 4) + 1)
         token_s = 2 * layers * (attention + per_tok * mlp + router) / flops
         # Every GEMM pays for padding its few tokens: each touched expert's GEMMs too.
         dense_flops = 2 * layers * (attention + router + (0 if experts else mlp))
@@ -176,7 +182,7 @@ class RooflineModel:
             gemm_fixed_s=dense_flops / flops * gpu.gemm_half_tokens,
             expert_fixed_s=2 * layers * mlp / flops * gpu.gemm_half_tokens if experts else 0.0,
             head_row_s=2 * head / (gpu.peak_flops * gpu.gemm_efficiency),
-            dense_read_s=dense_bytes / reads,
+            dense_read_s=dense_bytes / reads + gemv_fixed,
             expert_read_s=layers * mlp * layer_bytes / reads if experts else 0.0,
             experts=float(experts),
             expert_miss=1.0 - per_tok / experts if experts else 0.0,
@@ -190,6 +196,7 @@ class RooflineModel:
             seq_s=serving.cpu_seq_s,
             serving_engine=serving.name,
             attention_backend=backend.name,
+            gemv_fixed_s=gemv_fixed,
         )
 
     def experts_touched(self, tokens: int) -> float:
