@@ -13,7 +13,7 @@ from ..._args import UsageError, float_flag, int_flag
 from ..._output import check_output, replacing
 from ..engines.gpus import GPUS
 from ..engines.models import MODELS
-from .flags.roofline import add_software_flags
+from .flags.roofline import SOFTWARE_FLAGS, add_software_flags
 
 __all__ = ["add_parser", "run"]
 
@@ -78,9 +78,9 @@ def add_parser(subparsers: Any) -> None:
 
 def _check_flags(args: argparse.Namespace) -> None:
     if args.model is None:
-        for flag in ("gpu", "tp", "serving_engine", "attention_backend", "vllm_version"):
-            if getattr(args, flag) is not None:
-                raise UsageError(f"argument --{flag.replace('_', '-')}: needs --model")
+        for flag, name in (("--gpu", "gpu"), ("--tp", "tp"), *SOFTWARE_FLAGS):
+            if getattr(args, name) is not None:
+                raise UsageError(f"argument {flag}: needs --model")
         return
     if args.gpu is None:
         raise UsageError(f"argument --model: needs --gpu (one of {', '.join(GPUS)}, or a file)")

@@ -291,8 +291,8 @@ def _kv_read_bytes(model: ModelSpec, tp: int, backend: AttentionBackend) -> int:
     attention, query heads per K/V head times the bytes)."""
     if not backend.kv_read_per_query_head:
         return model.kv_bytes_per_token(tp)
-    heads = model.num_attention_heads // tp
-    return 2 * model.num_hidden_layers * heads * model.head_dim * model.kv_element_bytes
+    per_head = model.kv_bytes_per_token(tp) // model.kv_heads_per_gpu(tp)
+    return per_head * (model.num_attention_heads // tp)
 
 
 StepTimeModel = Union[EngineModel, RooflineModel]

@@ -131,7 +131,7 @@ def software_options(args: argparse.Namespace) -> dict[str, str]:
     picks."""
     version = getattr(args, "vllm_version", None)
     if version is not None:
-        for flag, name in SOFTWARE_FLAGS[:2]:
+        for flag, name in VERSION_PICKS:
             if getattr(args, name, None) is not None:
                 raise UsageError(f"argument {flag}: not with --vllm-version, which picks it")
         try:
@@ -145,11 +145,13 @@ def software_options(args: argparse.Namespace) -> dict[str, str]:
     }
 
 
-SOFTWARE_FLAGS = (
+VERSION_PICKS = (
     ("--serving-engine", "serving_engine"),
     ("--attention-backend", "attention_backend"),
-    ("--vllm-version", "vllm_version"),
 )
+"""The software flags ``--vllm-version`` picks, and their ``argparse`` names."""
+
+SOFTWARE_FLAGS = (*VERSION_PICKS, ("--vllm-version", "vllm_version"))
 """The software flags and their ``argparse`` names: they go with ``--model`` only."""
 
 
