@@ -28,14 +28,12 @@ import numpy as np
 
 from chunked_prefill.sim.catalog import engine_for
 from chunked_prefill.sim.serving import ServingSimConfig, simulate_serving
-from chunked_prefill.sim.software import vllm_software
+from chunked_prefill.sim.software import vllm_software, vllm_token_budget
 from chunked_prefill.sim.workload import Request, Workload
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CSV = ROOT / "examples" / "published" / "measurements.csv"
 
-V1_BUDGET = 8192
-"""vLLM V1's default max_num_batched_tokens for the API server (chunked prefill on)."""
 SGLANG_CHUNK = 8192
 """SGLang's default chunked_prefill_size on large GPUs."""
 
@@ -141,19 +139,25 @@ def model_and_quantization(row: Row) -> tuple[str, str | None]:
 
 
 def sim_config(row: Row) -> ServingSimConfig:
-    """The scheduler settings of a row's engine: vLLM V0 and TensorRT-LLM (of these
-    measurements) prefill every prompt whole in one step; vLLM V1 and SGLang chunk."""
-    whole = row.batch * row.input_len
+    """The scheduler settings of a row's engine: vLLM's default budget for its release
+    (:func:`~chunked_prefill.sim.software.vllm_token_budget`; V0 prefills every prompt whole
+    in one step unless the context is over 32 k, V1 chunks), started with the least
+    ``max_model_len`` that holds the request (as the Qwen sources that state it); SGLang
+    chunks at its default; TensorRT-LLM (of these measurements) prefills whole."""
     running = max(256, row.batch)
-    if serving_engine(row).startswith("vllm-v0") or serving_engine(row) == "tensorrt-llm":
+    budget: int | None = None
+    if row.engine == "sglang":
+        budget = SGLANG_CHUNK
+    elif serving_engine(row).startswith("vllm"):
+        budget = vllm_token_budget(vllm_release(row), row.input_len + row.output_len)
+    if budget is None:
         return ServingSimConfig(
             chunk_size=None,
-            token_budget=whole + row.batch,
+            token_budget=row.batch * row.input_len + row.batch,
             max_prefills_per_step=row.batch,
             max_running=running,
             prefix_caching=False,
         )
-    budget = SGLANG_CHUNK if row.engine == "sglang" else V1_BUDGET
     return ServingSimConfig(
         chunk_size=budget,
         token_budget=budget,

@@ -23,7 +23,7 @@ from chunked_prefill.sim.catalog import (
 )
 from chunked_prefill.sim.engine import DEFAULT_ENGINE, GIB
 from chunked_prefill.sim.roofline import RooflineModel, pow_int
-from chunked_prefill.sim.software import vllm_software
+from chunked_prefill.sim.software import vllm_software, vllm_token_budget
 
 LLAMA_31_8B_CONFIG = {
     "architectures": ["LlamaForCausalLM"],
@@ -178,6 +178,36 @@ def test_vllm_software_refuses_what_is_no_release(version: str) -> None:
 def test_vllm_software_refuses_a_version_that_is_no_string() -> None:
     with pytest.raises(TypeError, match=r"vLLM version must be a string such as '0.4.2', got 0.4"):
         vllm_software(0.4)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("version", "max_model_len", "budget"),
+    [
+        ("0.6.3", 32768, None),  # V0 prefills whole up to 32 k of context
+        ("0.6.3", 32769, 512),  # and chunks at 512 beyond (PR #6666)
+        ("0.5.4", 131072, 512),
+        ("0.5.3", 131072, None),  # tagged the day PR #6666 merged: not counted
+        ("0.4.2", 131072, None),
+        ("0.7.3", 131072, 512),
+        ("0.8.0", 4096, 8192),  # V1 always chunks
+        ("0.10.1rc1", 131072, 8192),
+    ],
+)
+def test_vllm_token_budget_follows_the_release_and_context(
+    version: str, max_model_len: int, budget: int | None
+) -> None:
+    assert vllm_token_budget(version, max_model_len) == budget
+
+
+def test_vllm_token_budget_refuses_a_bad_context() -> None:
+    with pytest.raises(ValueError, match=r"max_model_len must be at least 1, got 0"):
+        vllm_token_budget("0.6.3", 0)
+    with pytest.raises(TypeError, match=r"max_model_len must be an int, got 3.5"):
+        vllm_token_budget("0.6.3", 3.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"max_model_len must be an int, got True"):
+        vllm_token_budget("0.6.3", True)
+    with pytest.raises(ValueError, match=r"vLLM version 'x': want"):
+        vllm_token_budget("x", 4096)
 
 
 def test_eager_launches_bound_a_short_step() -> None:

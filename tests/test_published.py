@@ -53,6 +53,10 @@ def test_each_engine_has_its_serving_engine_and_rule() -> None:
     sglang = by_id["q3-8b-bf16-tp1-in1"]
     assert check.serving_engine(sglang) == "sglang"
     assert check.sim_config(sglang).chunk_size == check.SGLANG_CHUNK
+    # vLLM 0.6 chunks at 512 tokens once max_model_len is over 32 768 (PR #6666).
+    assert check.sim_config(by_id["q25-7b-tp1-in30720"]).chunk_size is None  # 32 768 in all
+    long = check.sim_config(by_id["q25-7b-tp1-in63488"])
+    assert (long.chunk_size, long.token_budget) == (512, 512)
     nim = by_id["nim-llama33-70b-fp8-tp2-h100-in500-ttft"]
     assert check.serving_engine(nim) == "tensorrt-llm"
     assert check.model_and_quantization(by_id["q3-8b-fp8-tp1-in1"]) == ("Qwen/Qwen3-8B", "fp8")

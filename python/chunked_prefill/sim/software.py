@@ -13,6 +13,7 @@ from .engines.software import (
     resolve_attention_backend,
     resolve_serving_engine,
     vllm_software,
+    vllm_token_budget,
 )
 
 __all__ = [
@@ -25,4 +26,5 @@ __all__ = [
     "resolve_attention_backend",
     "resolve_serving_engine",
     "vllm_software",
+    "vllm_token_budget",
 ]

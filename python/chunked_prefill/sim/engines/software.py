@@ -29,6 +29,7 @@ __all__ = [
     "resolve_attention_backend",
     "resolve_serving_engine",
     "vllm_software",
+    "vllm_token_budget",
 ]
 
 
@@ -198,7 +199,37 @@ the ones before decode through its PagedAttention kernel (the ``paged`` backend)
 VLLM_V1_FROM = (0, 8, 0)
 """The first vLLM release that runs its V1 engine by default (March 2025)."""
 
+VLLM_V1_TOKEN_BUDGET = 8192
+"""V1's default ``max_num_batched_tokens`` for the API server (chunked prefill always on)."""
+
+VLLM_LONG_CONTEXT_CHUNKING_FROM = (0, 5, 4)
+"""The first vLLM release that turns chunked prefill on by default for a long
+``max_model_len`` (PR #6666, merged 2024-07-23, "to avoid possible OOM errors during the
+initial memory profiling"; 0.5.3 was tagged the same day and is not counted)."""
+
+VLLM_LONG_CONTEXT = 32768
+"""V0 chunks prompts by default when ``max_model_len`` is over this (``use_long_context``)."""
+
+VLLM_V0_CHUNKED_BUDGET = 512
+"""V0's default ``max_num_batched_tokens`` with chunked prefill on (its ``SchedulerConfig``:
+"the values that have the best balance between ITL and TTFT on A100"; the engine logs
+"Chunked prefill is enabled with max_num_batched_tokens=512")."""
+
 _VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?!\d)")
+
+
+def _release(version: str) -> tuple[int, int, int]:
+    """``version``'s (major, minor, patch); :class:`TypeError` or :class:`ValueError` as
+    :func:`vllm_software` documents."""
+    if not isinstance(version, str):
+        raise TypeError(f"vLLM version must be a string such as '0.4.2', got {version!r}")
+    found = _VERSION.match(version)
+    if found is None:
+        raise ValueError(
+            f"vLLM version {version!r}: want MAJOR.MINOR or MAJOR.MINOR.PATCH, e.g. 0.4.2"
+        )
+    major, minor, patch = (int(part or 0) for part in found.groups())
+    return major, minor, patch
 
 
 def vllm_software(version: str, *, eager: bool = False) -> tuple[str, str]:
@@ -207,14 +238,28 @@ def vllm_software(version: str, *, eager: bool = False) -> tuple[str, str]:
     before 0.8, ``vllm`` from it (``-eager`` with ``eager``, vLLM's ``enforce_eager``);
     ``paged`` before 0.4.3, ``flash`` from it. Raises :class:`TypeError` for a version that
     is no string, :class:`ValueError` for one that does not start with ``MAJOR.MINOR``."""
-    if not isinstance(version, str):
-        raise TypeError(f"vLLM version must be a string such as '0.4.2', got {version!r}")
-    found = _VERSION.match(version)
-    if found is None:
-        raise ValueError(
-            f"vLLM version {version!r}: want MAJOR.MINOR or MAJOR.MINOR.PATCH, e.g. 0.4.2"
-        )
-    release = tuple(int(part or 0) for part in found.groups())
+    release = _release(version)
     engine = "vllm-v0" if release < VLLM_V1_FROM else "vllm"
     backend = "paged" if release < VLLM_FLASH_DECODE_FROM else "flash"
     return (engine + "-eager" if eager else engine), backend
+
+
+def vllm_token_budget(version: str, max_model_len: int) -> int | None:
+    """The tokens a step of vLLM release ``version`` holds by default when the engine is
+    started with ``max_model_len``, ``None`` where it prefills each prompt whole in one
+    step (V0's default): V1 (0.8 on) chunks prompts at :data:`VLLM_V1_TOKEN_BUDGET`; V0 from
+    0.5.4 turns chunked prefill on for a ``max_model_len`` over
+    :data:`VLLM_LONG_CONTEXT` tokens, at :data:`VLLM_V0_CHUNKED_BUDGET` (on CUDA GPUs).
+    Give the result as both ``chunk_size`` and ``token_budget``. Raises as
+    :func:`vllm_software` for a bad ``version``; :class:`TypeError` or :class:`ValueError`
+    for a ``max_model_len`` that is no positive int."""
+    release = _release(version)
+    if isinstance(max_model_len, bool) or not isinstance(max_model_len, int):
+        raise TypeError(f"max_model_len must be an int, got {max_model_len!r}")
+    if max_model_len < 1:
+        raise ValueError(f"max_model_len must be at least 1, got {max_model_len}")
+    if release >= VLLM_V1_FROM:
+        return VLLM_V1_TOKEN_BUDGET
+    if release >= VLLM_LONG_CONTEXT_CHUNKING_FROM and max_model_len > VLLM_LONG_CONTEXT:
+        return VLLM_V0_CHUNKED_BUDGET
+    return None
