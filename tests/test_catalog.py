@@ -26,6 +26,7 @@ from chunked_prefill.sim.catalog import (
 )
 from chunked_prefill.sim.cli.engines import REFERENCE_CAPTION
 from chunked_prefill.sim.engine import GIB
+from chunked_prefill.sim.engines.gpus import MI300X_GEMM_CLOCK
 
 
 def _write(tmp_path: Path, doc: Any, name: str = "config.json") -> Path:
@@ -85,6 +86,15 @@ def test_parameter_count_within_1_percent_of_the_card(model: str) -> None:
 def test_active_parameters_as_the_cards_count_them(model: str, active: float) -> None:
     # Mixtral's card: 12.9B active; Qwen3-30B-A3B's: 3.3B activated (embedding included).
     assert MODELS[model].active_params == pytest.approx(active, rel=0.02)
+
+
+def test_mi300x_runs_its_gemms_at_amds_measured_clock() -> None:
+    # AMD: 708 TFLOP/s BF16 at 1 207 MHz is 94 % of that clock's 751 TFLOP/s.
+    gpu, a100 = GPUS["mi300x"], GPUS["a100-80gb"]
+    assert gpu.peak_flops * MI300X_GEMM_CLOCK == pytest.approx(751e12, rel=1e-3)
+    assert gpu.gemm_efficiency / a100.gemm_efficiency == pytest.approx(MI300X_GEMM_CLOCK)
+    assert gpu.attention_efficiency / a100.attention_efficiency == pytest.approx(0.575, rel=1e-3)
+    assert gpu.weight_read_efficiency == a100.weight_read_efficiency  # bound by memory
 
 
 def test_gpu_presets_have_their_fp8_peak() -> None:

@@ -118,6 +118,13 @@ HOPPER_WEIGHT_READ_EFFICIENCY = 0.898
 HOPPER_GEMV_LATENCY_S = 4.4e-6
 """The same fit's fixed time per GEMV kernel."""
 
+MI300X_GEMM_CLOCK = 1207 / 2100
+"""The MI300X's engine clock under dense GEMMs over the 2.1 GHz its datasheet peak assumes:
+AMD measured its max-achievable BF16 GEMM, 708 TFLOP/s, at a median 1 207 MHz, 94 % of
+that clock's 751 TFLOP/s (FP8 at 1.23-1.27 GHz; "Measuring Max-Achievable FLOPs - Part 2",
+ROCm blogs, 2025). Its tensor-core-bound factors (``gemm_efficiency``,
+``attention_efficiency``) are the NVIDIA-fitted ones at this clock."""
+
 
 GPUS: dict[str, GpuSpec] = {
     "a100-80gb": GpuSpec(
@@ -252,6 +259,8 @@ GPUS: dict[str, GpuSpec] = {
         hbm_bandwidth=5.3e12,
         memory_bytes=192_000_000_000,
         link_bandwidth=448e9,
+        gemm_efficiency=GpuSpec.gemm_efficiency * MI300X_GEMM_CLOCK,
+        attention_efficiency=GpuSpec.attention_efficiency * MI300X_GEMM_CLOCK,
         source="https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html"
         " (1 307.4 TFLOP/s fp16/bf16 and 2 614.9 fp8 dense, 192 GB HBM3 at 5.3 TB/s,"
         " 7 Infinity Fabric links of 128 GB/s = 448 GB/s per direction to the 7 others)",
