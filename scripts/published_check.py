@@ -142,14 +142,16 @@ def sim_config(row: Row) -> ServingSimConfig:
     """The scheduler settings of a row's engine: vLLM's default budget for its release
     (:func:`~chunked_prefill.sim.software.vllm_token_budget`; V0 prefills every prompt whole
     in one step unless the context is over 32 k, V1 chunks), started with the least
-    ``max_model_len`` that holds the request (as the Qwen sources that state it); SGLang
-    chunks at its default; TensorRT-LLM (of these measurements) prefills whole."""
+    ``max_model_len`` that holds the request (as the Qwen sources that state it) from the
+    ``LLM`` class (every vLLM row: ``benchmark_latency`` or Qwen's script); SGLang chunks at
+    its default; TensorRT-LLM (of these measurements) prefills whole."""
     running = max(256, row.batch)
     budget: int | None = None
     if row.engine == "sglang":
         budget = SGLANG_CHUNK
     elif serving_engine(row).startswith("vllm"):
-        budget = vllm_token_budget(vllm_release(row), row.input_len + row.output_len)
+        context = row.input_len + row.output_len
+        budget = vllm_token_budget(vllm_release(row), context, gpu=row.gpu, offline=True)
     if budget is None:
         return ServingSimConfig(
             chunk_size=None,

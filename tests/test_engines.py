@@ -18,6 +18,7 @@ from chunked_prefill.sim.catalog import (
     ModelConfigError,
     ModelSpec,
     engine_for,
+    gpu_name,
     load_gpu_profile,
     load_model_config,
 )
@@ -189,14 +190,30 @@ def test_vllm_software_refuses_a_version_that_is_no_string() -> None:
         ("0.5.3", 131072, None),  # tagged the day PR #6666 merged: not counted
         ("0.4.2", 131072, None),
         ("0.7.3", 131072, 512),
-        ("0.8.0", 4096, 8192),  # V1 always chunks
-        ("0.10.1rc1", 131072, 8192),
     ],
 )
 def test_vllm_token_budget_follows_the_release_and_context(
     version: str, max_model_len: int, budget: int | None
 ) -> None:
     assert vllm_token_budget(version, max_model_len) == budget
+
+
+@pytest.mark.parametrize(
+    ("gpu", "offline", "budget"),
+    [
+        ("h100", True, 16384),  # V1 always chunks; more on the H100 and H200 (PR #12369)
+        ("h100-pcie", False, 8192),
+        ("H200", True, 16384),
+        ("a100-80gb", True, 8192),
+        ("l40s", False, 2048),
+    ],
+)
+def test_vllm_v1_token_budget_follows_the_gpu_and_entry_point(
+    gpu: str, offline: bool, budget: int
+) -> None:
+    assert vllm_token_budget("0.8.0", 4096, gpu=gpu, offline=offline) == budget
+    spec = GPUS[gpu_name(gpu) or gpu]  # a spec as well as a name
+    assert vllm_token_budget("0.10.1rc1", 131072, gpu=spec, offline=offline) == budget
 
 
 def test_vllm_token_budget_refuses_a_bad_context() -> None:
@@ -208,6 +225,8 @@ def test_vllm_token_budget_refuses_a_bad_context() -> None:
         vllm_token_budget("0.6.3", True)
     with pytest.raises(ValueError, match=r"vLLM version 'x': want"):
         vllm_token_budget("x", 4096)
+    with pytest.raises(ValueError, match=r"^vLLM 0.8.1's default token budget depends on the GPU"):
+        vllm_token_budget("0.8.1", 4096)
 
 
 def test_eager_launches_bound_a_short_step() -> None:

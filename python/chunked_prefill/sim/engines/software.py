@@ -16,8 +16,11 @@ on the software instead:
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
+
+from .gpus import GpuSpec, resolve_gpu
 
 __all__ = [
     "ATTENTION_BACKENDS",
@@ -199,8 +202,16 @@ the ones before decode through its PagedAttention kernel (the ``paged`` backend)
 VLLM_V1_FROM = (0, 8, 0)
 """The first vLLM release that runs its V1 engine by default (March 2025)."""
 
-VLLM_V1_TOKEN_BUDGET = 8192
-"""V1's default ``max_num_batched_tokens`` for the API server (chunked prefill always on)."""
+VLLM_V1_TOKEN_BUDGETS = {
+    (True, True): 16384,
+    (True, False): 8192,
+    (False, True): 8192,
+    (False, False): 2048,
+}
+"""V1's default ``max_num_batched_tokens`` (chunked prefill always on), by (an H100 or H200,
+offline): vLLM PR #12369 (January 2025) raised it on GPUs whose name holds ``h100`` or
+``h200`` to 16 384 for the ``LLM`` class (offline: ``benchmark_latency``, scripts) and
+8 192 for the API server (``vllm serve``), and kept 8 192 and 2 048 on the others."""
 
 VLLM_LONG_CONTEXT_CHUNKING_FROM = (0, 5, 4)
 """The first vLLM release that turns chunked prefill on by default for a long
@@ -244,22 +255,37 @@ def vllm_software(version: str, *, eager: bool = False) -> tuple[str, str]:
     return (engine + "-eager" if eager else engine), backend
 
 
-def vllm_token_budget(version: str, max_model_len: int) -> int | None:
+def vllm_token_budget(
+    version: str,
+    max_model_len: int,
+    *,
+    gpu: str | os.PathLike[str] | GpuSpec | None = None,
+    offline: bool = False,
+) -> int | None:
     """The tokens a step of vLLM release ``version`` holds by default when the engine is
     started with ``max_model_len``, ``None`` where it prefills each prompt whole in one
-    step (V0's default): V1 (0.8 on) chunks prompts at :data:`VLLM_V1_TOKEN_BUDGET`; V0 from
-    0.5.4 turns chunked prefill on for a ``max_model_len`` over
-    :data:`VLLM_LONG_CONTEXT` tokens, at :data:`VLLM_V0_CHUNKED_BUDGET` (on CUDA GPUs).
-    Give the result as both ``chunk_size`` and ``token_budget``. Raises as
-    :func:`vllm_software` for a bad ``version``; :class:`TypeError` or :class:`ValueError`
-    for a ``max_model_len`` that is no positive int."""
+    step (V0's default). V0 from 0.5.4 turns chunked prefill on for a ``max_model_len``
+    over :data:`VLLM_LONG_CONTEXT` tokens, at :data:`VLLM_V0_CHUNKED_BUDGET` (on CUDA
+    GPUs). V1 (0.8 on) always chunks, at a budget that depends on the ``gpu`` (a preset,
+    alias, profile or spec; required for V1) and on the entry point, ``offline`` for the
+    ``LLM`` class, else the API server (:data:`VLLM_V1_TOKEN_BUDGETS`). Give the result as
+    both ``chunk_size`` and ``token_budget``. Raises as :func:`vllm_software` for a bad
+    ``version``; :class:`TypeError` or :class:`ValueError` for a ``max_model_len`` that is
+    no positive int, and :class:`ValueError` for V1 without a ``gpu``."""
     release = _release(version)
     if isinstance(max_model_len, bool) or not isinstance(max_model_len, int):
         raise TypeError(f"max_model_len must be an int, got {max_model_len!r}")
     if max_model_len < 1:
         raise ValueError(f"max_model_len must be at least 1, got {max_model_len}")
     if release >= VLLM_V1_FROM:
-        return VLLM_V1_TOKEN_BUDGET
+        if gpu is None:
+            raise ValueError(
+                f"vLLM {version}'s default token budget depends on the GPU (V1: larger on"
+                " the H100 and H200): give gpu="
+            )
+        name = resolve_gpu(gpu).name.lower()
+        hopper = "h100" in name or "h200" in name
+        return VLLM_V1_TOKEN_BUDGETS[hopper, bool(offline)]
     if release >= VLLM_LONG_CONTEXT_CHUNKING_FROM and max_model_len > VLLM_LONG_CONTEXT:
         return VLLM_V0_CHUNKED_BUDGET
     return None
