@@ -149,7 +149,7 @@ def sim_config(row: Row) -> ServingSimConfig:
     budget: int | None = None
     if row.engine == "sglang":
         budget = SGLANG_CHUNK
-    elif serving_engine(row).startswith("vllm"):
+    elif row.engine == "vllm":
         context = row.input_len + row.output_len
         budget = vllm_token_budget(vllm_release(row), context, gpu=row.gpu, offline=True)
     if budget is None:
