@@ -2,15 +2,13 @@
 //! profilers (`valgrind --tool=callgrind`, `perf`): 256 decoding requests, 1 000 waiting
 //! 2 000-token prompts sharing a 1 000-token prefix, prefix caching on.
 //!
-//! `cargo run --release --example serving_step -- [rounds] [decodes]`: runs `rounds` rounds of
-//! 20 steps, each from a copy of the same prepared scheduler with `decodes` decoding requests
-//! (256 by default), and prints the mean time per step.
+//! `cargo run --release --example serving_step -- [rounds] [decodes] [steps]`: runs `rounds`
+//! rounds of `steps` steps (20 by default), each from a copy of the same prepared scheduler with
+//! `decodes` decoding requests (256 by default), and prints the mean time per step.
 
 use std::time::Instant;
 
 use chunked_prefill::{Prompt, ServingConfig, ServingScheduler, TokenIds};
-
-const STEPS: usize = 20;
 
 #[inline(never)]
 fn step(scheduler: &mut ServingScheduler, tokens: &mut Vec<u32>) -> Result<(), String> {
@@ -59,16 +57,20 @@ fn main() -> Result<(), String> {
         Some(arg) => arg.parse().map_err(|_| format!("not a count: {arg}"))?,
         None => 256,
     };
+    let steps: usize = match std::env::args().nth(3) {
+        Some(arg) => arg.parse().map_err(|_| format!("not a count: {arg}"))?,
+        None => 20,
+    };
     let prepared = prepared(decodes)?;
     let mut tokens = Vec::new();
     let mut best = f64::INFINITY;
     for _ in 0..rounds {
         let mut scheduler = prepared.clone();
         let start = Instant::now();
-        for _ in 0..STEPS {
+        for _ in 0..steps {
             step(&mut scheduler, &mut tokens)?;
         }
-        best = best.min(start.elapsed().as_secs_f64() / STEPS as f64);
+        best = best.min(start.elapsed().as_secs_f64() / steps as f64);
     }
     println!(
         "best mean per step over {rounds} rounds: {:.1} us",

@@ -4,7 +4,8 @@
 //! is given the same tokens: the same plans, preemptions, block tables, generated ids and
 //! prefix-cache registrations (the exports are equal), with prompts that share prefixes
 //! and generated blocks that repeat each other's contents under a pool small enough to
-//! preempt.
+//! preempt. The tokens are given one at a time or, as the simulator gives them, with a
+//! function that appends a run at once.
 //!
 //! `PROPTEST_CASES` sets the number of cases (default 256).
 
@@ -15,6 +16,11 @@ use proptest::prelude::*;
 /// different requests often hold the same ids.
 fn token(id: u64, position: u128) -> u32 {
     ((id % 3) as u128 + position % 3) as u32
+}
+
+/// [`token`] at positions `first..first + count`, appended to `out`.
+fn run(id: u64, first: u128, count: u64, out: &mut Vec<Option<u32>>) {
+    out.extend((0..count).map(|k| Some(token(id, first + u128::from(k)))));
 }
 
 fn prompt(id: u64, shared: bool, own: u32) -> Prompt {
@@ -52,6 +58,7 @@ proptest! {
         num_blocks in 12usize..40,
         // Requests: (shares the prefix, own prompt length, max_new_tokens, arrives at step).
         specs in prop::collection::vec((any::<bool>(), 1u32..20, 1u64..22, 0usize..12), 1..7),
+        runs in any::<bool>(),
     ) {
         let config = ServingConfig {
             block_size: 4,
@@ -62,7 +69,12 @@ proptest! {
         };
         let mut full = ServingScheduler::new(config.clone()).unwrap();
         let mut lean = ServingScheduler::new(config).unwrap();
-        lean.set_sampled_tokens(Some(SampledTokens::new(token)));
+        let given = if runs {
+            SampledTokens::with_runs(token, run)
+        } else {
+            SampledTokens::new(token)
+        };
+        lean.set_sampled_tokens(Some(given));
         for at in 0..200 {
             for (id, &(shared, own, max_new, arrives)) in specs.iter().enumerate() {
                 if arrives == at {

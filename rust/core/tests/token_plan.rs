@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! `TokenPlan::try_fill` (a run of ids per stream) and `TokenPlan::output_token` give,
-//! position by position, the ids of `TokenPlan::token`, the rule of the module docs.
+//! position by position, the ids of `TokenPlan::token`, the rule of the module docs; a run of
+//! `TokenPlan::extend_output` gives those of `output_token`.
 
 use chunked_prefill::sim::{TokenPlan, NO_GROUP};
 use proptest::prelude::*;
@@ -41,6 +42,23 @@ proptest! {
             for pos in len..len + 50 {
                 prop_assert_eq!(plan.output_token(i, pos), plan.token(i, pos, len));
             }
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn output_runs_are_the_ids_of_output_token(
+        plan in plan(),
+        first in 0u64..60,
+        count in 0u64..40,
+    ) {
+        for i in 0..3 {
+            let mut run = vec![Some(1), None];
+            plan.extend_output(i, first, count, &mut run);
+            let mut expected = vec![Some(1), None];
+            expected.extend((first..first + count).map(|pos| Some(plan.output_token(i, pos))));
+            prop_assert_eq!(&run, &expected, "request {}", i);
         }
     }
 }

@@ -203,15 +203,16 @@ impl Request {
     }
 
     /// Count `ticks` sampled tokens and store them from `tokens`, each at its position, as
-    /// `update` would have stored them (one `update` did store is kept).
+    /// `update` would have stored them (one `update` did store is kept). Out of line: with
+    /// it inlined, `settle` (a few additions on every decode of a host's step) is too large
+    /// to inline where it is called.
+    #[inline(never)]
     fn take_sampled(&mut self, ticks: u64, tokens: &SampledTokens) {
         let id = self.id;
         if self.known_generated == self.num_generated && self.generated.len() == self.num_generated
         {
             // The usual case, every earlier token stored: the run appended at once.
-            let first = self.num_tokens;
-            let run = (0..ticks).map(|k| Some(tokens.at(id, first + u128::from(k))));
-            self.generated.extend(run);
+            tokens.extend(id, self.num_tokens, ticks, &mut self.generated);
             self.known_generated += ticks as usize;
             self.num_generated += ticks as usize;
             self.num_tokens += u128::from(ticks);

@@ -14,6 +14,8 @@
 //! events and routed requests the loop asks its caller's hook whether to stop (the Python
 //! binding runs the interpreter's signal handlers there, so Ctrl-C stops a run).
 
+use std::sync::Arc;
+
 use super::engine::StepShape;
 use super::error::SimError;
 use super::metrics::Outcome;
@@ -184,12 +186,17 @@ fn scheduler_for(workload: &Workload, options: &SimOptions) -> Result<ServingSch
     if !workload.tokens.known.is_empty() {
         // The decodes' sampled ids are the plan's: the scheduler takes them at the decode
         // group's events, and every step is lean (no decode listed, no id given per token).
-        let plan = workload.tokens.clone();
+        let plan = Arc::new(workload.tokens.clone());
+        let runs = Arc::clone(&plan);
         let sampled = move |i: u64, at: u128| {
             let at = u64::try_from(at).unwrap_or(u64::MAX);
             plan.output_token(i as usize, at)
         };
-        sched.set_sampled_tokens(Some(SampledTokens::new(sampled)));
+        let run = move |i: u64, first: u128, count: u64, out: &mut Vec<Option<u32>>| {
+            let first = u64::try_from(first).unwrap_or(u64::MAX);
+            runs.extend_output(i as usize, first, count, out);
+        };
+        sched.set_sampled_tokens(Some(SampledTokens::with_runs(sampled, run)));
     }
     Ok(sched)
 }

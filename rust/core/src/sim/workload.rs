@@ -111,6 +111,21 @@ impl TokenPlan {
         token_id(SESSION, self.session_of(i), pos)
     }
 
+    /// [`output_token`](Self::output_token) of request `i` at each position of
+    /// `first..first + count`, appended to `out` (a run per stream: one mix per id).
+    pub fn extend_output(&self, i: usize, first: u64, count: u64, out: &mut Vec<Option<u32>>) {
+        let end = first.saturating_add(count);
+        let mut pos = first;
+        let group = self.group_of(i);
+        if group != NO_GROUP && pos < self.prefix_tokens {
+            let (group, to) = (stream(GROUP, group), self.prefix_tokens.min(end));
+            out.extend((pos..to).map(|p| Some(id_at(group, p))));
+            pos = to;
+        }
+        let session = stream(SESSION, self.session_of(i));
+        out.extend((pos..end).map(|p| Some(id_at(session, p))));
+    }
+
     /// The id of request `i`'s trace hash covering `pos`, if one does.
     fn hash_token(&self, i: usize, pos: u64) -> Option<u32> {
         let (&from, &to) = (self.hash_offsets.get(i)?, self.hash_offsets.get(i + 1)?);
