@@ -221,6 +221,16 @@ impl ServingScheduler {
         token_ids: TokenIds<'_>,
     ) {
         let clock = self.group.clock;
+        if let TokenIds::Aligned(ids) = token_ids {
+            // The usual case, a token for every decode: no look-up per item.
+            for ((item, &slot), &token) in items.iter().zip(slots).zip(ids) {
+                if let Some(request) = self.requests.live_mut(slot, item.request_id) {
+                    request.settle(clock, self.sampled.as_ref());
+                    request.store_token(token);
+                }
+            }
+            return;
+        }
         for (at, (item, &slot)) in items.iter().zip(slots).enumerate() {
             let Some(token) = Self::token_of(item.request_id, at, token_ids, &self.given) else {
                 continue;
