@@ -317,3 +317,16 @@ def test_example_trace_takes_the_fast_path() -> None:
 def test_core_refuses_an_unknown_format() -> None:
     with pytest.raises(ValueError, match="format must be 'csv' or 'jsonl'"):
         core.read_trace(b"", "tsv", 1.0)
+
+
+def test_core_workload_is_built_unchecked_and_equals_the_checked_one() -> None:
+    # The core's columns skip the constructor's whole-column checks (it checked every value
+    # while reading), yet give the workload the checked constructor builds from them.
+    root = Path(__file__).resolve().parents[1]
+    wl = load_trace(root / "examples" / "trace.csv", time_unit="ms")
+    checked = Workload(**{name: getattr(wl, name) for name in wl.__dataclass_fields__})
+    assert wl == checked
+    with mock.patch.object(Workload, "__post_init__", side_effect=AssertionError("checked")):
+        assert load_trace(root / "examples" / "trace.csv", time_unit="ms") == wl
+        with pytest.raises(TypeError, match=r"not a Workload field: \['rows'\]"):
+            Workload._of_checked(arrival_s=(0.0,), rows=1)

@@ -564,11 +564,11 @@ def _fast_workload(
     name: str, columns: tuple[Any, ...], hash_block: int, prefix_tokens: int
 ) -> Workload:
     """The workload of the columns :func:`_read_fast` returned, as :func:`_workload_of`
-    builds it from the same file."""
+    builds it from the same file (the core checked every value as it read it)."""
     arrival, prompt, output, cached, priority, group, session, hash_ids, shared = columns
     if prefix_tokens == 0 and shared is not None:
         prefix_tokens = shared
-    return Workload(
+    return Workload._of_checked(
         arrival_s=arrival,
         prompt_tokens=prompt,
         output_tokens=output,
