@@ -217,12 +217,15 @@ def test_vllm_v1_token_budget_follows_the_gpu_and_entry_point(
 
 
 def test_vllm_token_budget_refuses_a_bad_context() -> None:
-    with pytest.raises(ValueError, match=r"max_model_len must be at least 1, got 0"):
+    rule = r"max_model_len must be an int in \[1, 9223372036854775807\], got "
+    with pytest.raises(ValueError, match=rule + "0$"):
         vllm_token_budget("0.6.3", 0)
-    with pytest.raises(TypeError, match=r"max_model_len must be an int, got 3.5"):
+    with pytest.raises(ValueError, match=rule + "3.5$"):
         vllm_token_budget("0.6.3", 3.5)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"max_model_len must be an int, got True"):
+    with pytest.raises(ValueError, match=rule + "True$"):
         vllm_token_budget("0.6.3", True)
+    with pytest.raises(TypeError, match=r"^offline must be True or False, got 'yes'$"):
+        vllm_token_budget("0.8.0", 4096, gpu="h100", offline="yes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"vLLM version 'x': want"):
         vllm_token_budget("x", 4096)
     with pytest.raises(ValueError, match=r"^vLLM 0.8.1's default token budget depends on the GPU"):

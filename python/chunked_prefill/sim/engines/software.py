@@ -20,6 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from .._check import boolean, count
 from .gpus import GpuSpec, resolve_gpu
 
 __all__ = [
@@ -270,13 +271,12 @@ def vllm_token_budget(
     alias, profile or spec; required for V1) and on the entry point, ``offline`` for the
     ``LLM`` class, else the API server (:data:`VLLM_V1_TOKEN_BUDGETS`). Give the result as
     both ``chunk_size`` and ``token_budget``. Raises as :func:`vllm_software` for a bad
-    ``version``; :class:`TypeError` or :class:`ValueError` for a ``max_model_len`` that is
-    no positive int, and :class:`ValueError` for V1 without a ``gpu``."""
+    ``version``; :class:`ValueError` for a ``max_model_len`` that is no int in [1, 2**63 - 1]
+    (the simulator's rule for counts) and for V1 without a ``gpu``; :class:`TypeError` for
+    an ``offline`` that is no bool."""
     release = _release(version)
-    if isinstance(max_model_len, bool) or not isinstance(max_model_len, int):
-        raise TypeError(f"max_model_len must be an int, got {max_model_len!r}")
-    if max_model_len < 1:
-        raise ValueError(f"max_model_len must be at least 1, got {max_model_len}")
+    max_model_len = count("max_model_len", max_model_len, 1, 2**63 - 1)
+    offline = boolean("offline", offline)
     if release >= VLLM_V1_FROM:
         if gpu is None:
             raise ValueError(
@@ -285,7 +285,7 @@ def vllm_token_budget(
             )
         name = resolve_gpu(gpu).name.lower()
         hopper = "h100" in name or "h200" in name
-        return VLLM_V1_TOKEN_BUDGETS[hopper, bool(offline)]
+        return VLLM_V1_TOKEN_BUDGETS[hopper, offline]
     if release >= VLLM_LONG_CONTEXT_CHUNKING_FROM and max_model_len > VLLM_LONG_CONTEXT:
         return VLLM_V0_CHUNKED_BUDGET
     return None
