@@ -9,6 +9,7 @@ for large runs.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 from ..engines.roofline import RooflineModel, StepTimeModel
@@ -30,12 +31,9 @@ def check_fits(workload: Workload, config: dict[str, Any]) -> None:
     """Raise for the first request that can never fit the pool (as ``sim::check_fits``)."""
     bs = config["block_size"]
     usable = config["num_blocks"] - math.floor(config["watermark"] * config["num_blocks"])
-    first = _first_unfit(workload, bs, usable)
-    if first is None:
+    if _all_fit(workload, bs, usable):
         return
     for i, (p, o) in enumerate(zip(workload.prompt_tokens, workload.output_tokens)):
-        if i < first:
-            continue
         needed = -(-(p + o - 1) // bs)
         if needed > usable:
             raise SimLoopError(
@@ -44,22 +42,14 @@ def check_fits(workload: Workload, config: dict[str, Any]) -> None:
             )
 
 
-def _first_unfit(workload: Workload, bs: int, usable: int) -> int | None:
-    """Where :func:`check_fits`'s scan starts: the first request that may not fit, found
-    with numpy where no sum can pass int64 (``None``: all fit), else 0 (scan them all)."""
-    import numpy as np
-
+def _all_fit(workload: Workload, bs: int, usable: int) -> bool:
+    """Whether every request fits, told by the longest: ``ceil((p + o - 1) / bs) > usable``
+    is ``p + o - 1 > usable * bs``, one pass in C over Python's exact ints (the scan that
+    names the first offender runs only when one exists)."""
     if len(workload) == 0:
-        return None
-    top = int(np.iinfo(np.int64).max)
-    p = np.asarray(workload.prompt_tokens, dtype=np.int64)
-    o = np.asarray(workload.output_tokens, dtype=np.int64)
-    if int(p.max()) + int(o.max()) > top:
-        return 0
-    # Counts up to 2**64 - 1 do not fit int64; clamped to its top they give the same
-    # answers, as every p + o - 1 is at most that top (ceil(x / bs) is then 0 or 1 either way).
-    unfit = np.flatnonzero(-(-(p + o - 1) // min(bs, top)) > min(usable, top))
-    return int(unfit[0]) if unfit.size else None
+        return True
+    longest: int = max(map(operator.add, workload.prompt_tokens, workload.output_tokens))
+    return longest - 1 <= usable * bs
 
 
 def run_loop(
