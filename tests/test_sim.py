@@ -11,6 +11,7 @@ from collections import deque
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -377,6 +378,42 @@ def test_chunking_cuts_the_tbt_tail(backend: ModuleType) -> None:
     assert chunked.tbt_s.p99 < whole.tbt_s.p99
     assert chunked.tbt_s.max < whole.tbt_s.max
     assert chunked.stalls < whole.stalls
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"rate": math.inf},
+        {"length_dist": "fixed", "input_len": 5, "output_len": 3},
+        {"length_dist": "uniform", "input_len": 300, "output_len": 40, "range_ratio": 0.9},
+        {"length_dist": "exponential"},
+        {"prefix_tokens": 64, "prefix_groups": 3},
+        {"turns": 3},
+        {"output_scale": 0.5},
+    ],
+)
+def test_default_workload_equals_its_checked_construction(options: dict[str, Any]) -> None:
+    # Drawn columns found in range on their arrays skip the constructor's checks: the same
+    # workload as the checked constructor builds from them.
+    wl = default_workload(500, seed=3, **options)
+    checked = Workload(**{name: getattr(wl, name) for name in wl.__dataclass_fields__})
+    assert wl == checked
+    assert {type(a) for a in wl.arrival_s} == {float}
+    assert {type(n) for n in wl.prompt_tokens + wl.output_tokens} == {int}
+
+
+def test_default_workload_in_range_skips_the_constructor_checks() -> None:
+    with mock.patch.object(Workload, "__post_init__", side_effect=AssertionError("checked")):
+        assert len(default_workload(50, seed=3)) == 50
+        with pytest.raises(AssertionError, match="checked"):
+            default_workload(50, seed=3, turns=2)  # sessions: built by the constructor
+
+
+def test_default_workload_out_of_range_is_checked() -> None:
+    # A rate so low that arrivals pass 2**53 s goes through the checked constructor.
+    with pytest.raises(ValueError, match=r"^request 0: arrival_s must be a number of seconds"):
+        default_workload(3, rate=1e-300)
 
 
 def test_default_workload_shape() -> None:

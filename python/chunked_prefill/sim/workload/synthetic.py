@@ -254,23 +254,52 @@ def default_workload(
     parts = [f"{requests} requests", f"{rate_text} req/s", f"seed {seed}"]
     if kind_text != "chat":
         parts.append(kind_text)
+    plain = False
     if prefix_tokens or turns > 1:
         columns = _shared_workload(
             requests, rate, seed, prompt, output, arrivals, prefix_tokens, prefix_groups, turns
         )
     else:
+        arrivals = arrivals.astype(np.float64, copy=False)
+        prompt = prompt.astype(np.int64, copy=False)
+        output = output.astype(np.int64, copy=False)
         columns = {
             # tolist() gives Python floats in one C loop.
-            "arrival_s": tuple(arrivals.astype(np.float64, copy=False).tolist()),
-            "prompt_tokens": shared_ints(prompt.astype(np.int64, copy=False)),
-            "output_tokens": shared_ints(output.astype(np.int64, copy=False)),
+            "arrival_s": tuple(arrivals.tolist()),
+            "prompt_tokens": shared_ints(prompt),
+            "output_tokens": shared_ints(output),
         }
+        plain = _plain_in_range(arrivals, prompt, output)
     if prefix_tokens:
         parts.append(f"{prefix_tokens}-token prefix x {prefix_groups} group(s)")
     if turns > 1:
         parts.append(f"{turns} turns")
-    workload = Workload(**columns, source=f"synthetic chat workload ({', '.join(parts)})")
+    source = f"synthetic chat workload ({', '.join(parts)})"
+    if plain:
+        # Plain floats and ints drawn in range: the constructor's whole-column checks of
+        # the same values (a twentieth of `simulate`) would find nothing.
+        zeros = (0,) * requests
+        workload = Workload._of_checked(
+            **columns, cached_tokens=zeros, priority=zeros, source=source
+        )
+    else:
+        workload = Workload(**columns, source=source)
     return workload.scaled(prompt_scale, output_scale)
+
+
+def _plain_in_range(arrivals: Any, prompt: Any, output: Any) -> bool:
+    """Whether the columns the arrays give (``float64`` and ``int64``, whose ``tolist()`` is
+    Python floats and ints) pass the :class:`Workload` checks, told on the arrays: arrivals
+    in ``[0, MAX_ARRIVAL_S]`` (NaN fails both comparisons), lengths in ``[1, MAX_TOKENS]``.
+    Else the constructor checks them and names the first offender."""
+    return bool(
+        arrivals.min() >= 0
+        and arrivals.max() <= MAX_ARRIVAL_S
+        and prompt.min() >= 1
+        and output.min() >= 1
+        and prompt.max() <= MAX_TOKENS
+        and output.max() <= MAX_TOKENS
+    )
 
 
 def shared_ints(values: Any) -> tuple[int, ...]:

@@ -193,12 +193,13 @@ class Workload:
     @classmethod
     def _of_checked(cls, **columns: Any) -> Workload:
         """A workload of ``columns`` whose every value was checked already against the
-        rules of the constructor, built without checking them again: the Rust trace reader
-        applies them row by row while it parses (``rust/core/src/trace/fields.rs``; the
-        reader's differential tests compare its workloads with the checked ones of the
-        reference reader), and the whole-column checks would take a twentieth of
-        ``simulate --trace``. Every column is given, ``cached_tokens`` and ``priority``
-        full length."""
+        rules of the constructor, built without checking them again (the whole-column
+        checks take a twentieth of ``simulate`` and of ``simulate --trace``): the Rust trace
+        reader applies them row by row while it parses (``rust/core/src/trace/fields.rs``;
+        the reader's differential tests compare its workloads with the checked ones of the
+        reference reader), and :func:`default_workload` checks the ranges of the arrays its
+        columns come from. Every column is given, ``cached_tokens`` and ``priority`` full
+        length."""
         workload = object.__new__(cls)
         for field in fields(cls):
             value = columns.pop(field.name, field.default)
