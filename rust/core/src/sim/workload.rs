@@ -112,7 +112,9 @@ impl TokenPlan {
     }
 
     /// [`output_token`](Self::output_token) of request `i` at each position of
-    /// `first..first + count`, appended to `out` (a run per stream: one mix per id).
+    /// `first..first + count`, appended to `out` (a run per stream: one mix per id). A
+    /// request's positions stay below 2**64 (prompt and output are each at most 2**63 - 1
+    /// tokens), so the run is never cut short.
     pub fn extend_output(&self, i: usize, first: u64, count: u64, out: &mut Vec<Option<u32>>) {
         let end = first.saturating_add(count);
         let mut pos = first;
