@@ -254,37 +254,46 @@ def default_workload(
     parts = [f"{requests} requests", f"{rate_text} req/s", f"seed {seed}"]
     if kind_text != "chat":
         parts.append(kind_text)
-    plain = False
     if prefix_tokens or turns > 1:
         columns = _shared_workload(
             requests, rate, seed, prompt, output, arrivals, prefix_tokens, prefix_groups, turns
         )
+        plain = False
     else:
-        arrivals = arrivals.astype(np.float64, copy=False)
-        prompt = prompt.astype(np.int64, copy=False)
-        output = output.astype(np.int64, copy=False)
-        columns = {
-            # tolist() gives Python floats in one C loop.
-            "arrival_s": tuple(arrivals.tolist()),
-            "prompt_tokens": shared_ints(prompt),
-            "output_tokens": shared_ints(output),
-        }
-        plain = _plain_in_range(arrivals, prompt, output)
+        columns, plain = _plain_columns(arrivals, prompt, output)
     if prefix_tokens:
         parts.append(f"{prefix_tokens}-token prefix x {prefix_groups} group(s)")
     if turns > 1:
         parts.append(f"{turns} turns")
-    source = f"synthetic chat workload ({', '.join(parts)})"
-    if plain:
-        # Plain floats and ints drawn in range: the constructor's whole-column checks of
-        # the same values (a twentieth of `simulate`) would find nothing.
-        zeros = (0,) * requests
-        workload = Workload._of_checked(
-            **columns, cached_tokens=zeros, priority=zeros, source=source
-        )
-    else:
-        workload = Workload(**columns, source=source)
+    workload = _built(columns, plain, f"synthetic chat workload ({', '.join(parts)})")
     return workload.scaled(prompt_scale, output_scale)
+
+
+def _plain_columns(arrivals: Any, prompt: Any, output: Any) -> tuple[dict[str, Any], bool]:
+    """The columns of a workload without prefixes or sessions from the drawn arrays, and
+    whether they pass the :class:`Workload` checks (:func:`_plain_in_range`)."""
+    import numpy as np
+
+    arrivals = arrivals.astype(np.float64, copy=False)
+    prompt = prompt.astype(np.int64, copy=False)
+    output = output.astype(np.int64, copy=False)
+    columns = {
+        # tolist() gives Python floats in one C loop.
+        "arrival_s": tuple(arrivals.tolist()),
+        "prompt_tokens": shared_ints(prompt),
+        "output_tokens": shared_ints(output),
+    }
+    return columns, _plain_in_range(arrivals, prompt, output)
+
+
+def _built(columns: dict[str, Any], plain: bool, source: str) -> Workload:
+    """The workload of ``columns``; ``plain`` ones, found in range on their arrays, skip the
+    constructor's whole-column checks of the same values (a twentieth of ``simulate``),
+    which would find nothing."""
+    if not plain:
+        return Workload(**columns, source=source)
+    zeros = (0,) * len(columns["arrival_s"])
+    return Workload._of_checked(**columns, cached_tokens=zeros, priority=zeros, source=source)
 
 
 def _plain_in_range(arrivals: Any, prompt: Any, output: Any) -> bool:

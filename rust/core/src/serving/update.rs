@@ -220,25 +220,28 @@ impl ServingScheduler {
         slots: &[usize],
         token_ids: TokenIds<'_>,
     ) {
-        let clock = self.group.clock;
         if let TokenIds::Aligned(ids) = token_ids {
             // The usual case, a token for every decode: no look-up per item.
             for ((item, &slot), &token) in items.iter().zip(slots).zip(ids) {
-                if let Some(request) = self.requests.live_mut(slot, item.request_id) {
-                    request.settle(clock, self.sampled.as_ref());
-                    request.store_token(token);
-                }
+                self.store_decode_token(item.request_id, slot, token);
             }
             return;
         }
         for (at, (item, &slot)) in items.iter().zip(slots).enumerate() {
-            let Some(token) = Self::token_of(item.request_id, at, token_ids, &self.given) else {
-                continue;
-            };
-            if let Some(request) = self.requests.live_mut(slot, item.request_id) {
-                request.settle(clock, self.sampled.as_ref());
-                request.store_token(token);
+            if let Some(token) = Self::token_of(item.request_id, at, token_ids, &self.given) {
+                self.store_decode_token(item.request_id, slot, token);
             }
+        }
+    }
+
+    /// Store `token` at the next position of decode `request_id` in `slot`, unless it was
+    /// aborted since: its counts settled first, then the group's tick counts it.
+    #[inline]
+    fn store_decode_token(&mut self, request_id: u64, slot: usize, token: u32) {
+        let clock = self.group.clock;
+        if let Some(request) = self.requests.live_mut(slot, request_id) {
+            request.settle(clock, self.sampled.as_ref());
+            request.store_token(token);
         }
     }
 
