@@ -90,22 +90,27 @@ impl Batch {
         self.items.push(item);
     }
 
-    /// [`push`](Self::push) for a decode (most items of a step): one token, sampled, and the
-    /// block it takes if its last one is full. Its context is counted by the caller.
+    /// [`push`](Self::push) for decodes (most items of a step), given as `(request_id,
+    /// start)`: one token each, sampled, no block yet (the caller gives the few that take
+    /// one theirs). Their context is counted by the caller.
     #[inline]
-    pub(crate) fn push_decode(&mut self, request_id: u64, start: u128, new_blocks: Vec<usize>) {
-        self.sampling_ids.push(request_id);
+    pub(crate) fn push_decodes(
+        &mut self,
+        decodes: impl ExactSizeIterator<Item = (u64, u128)> + Clone,
+    ) {
         // Counts items, which a vector's length bounds: no saturation needed.
-        self.num_decode_tokens += 1;
-        self.items.push(BatchItem {
-            request_id,
-            start,
-            tokens: 1,
-            is_prefill: false,
-            samples: true,
-            new_blocks,
-            cached_tokens: 0,
-        });
+        self.num_decode_tokens += decodes.len();
+        self.sampling_ids.extend(decodes.clone().map(|(id, _)| id));
+        self.items
+            .extend(decodes.map(|(request_id, start)| BatchItem {
+                request_id,
+                start,
+                tokens: 1,
+                is_prefill: false,
+                samples: true,
+                new_blocks: Vec::new(),
+                cached_tokens: 0,
+            }));
     }
 
     /// The decode items at the front of `items` (none in a lean batch).

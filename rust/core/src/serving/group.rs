@@ -23,6 +23,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::counts::tokens_in;
+use super::lane::Lane;
 use super::request::Request;
 use super::sampled::SampledTokens;
 use super::scheduler::{Entry, Rank};
@@ -72,12 +73,18 @@ pub(super) struct Group {
     /// Members whose last block is full: the next `schedule()` gives each a block, in rank
     /// order.
     pub(super) needs_block: Vec<Entry>,
+    /// The members that `schedule()` gave a block (pass 1 of a full batch), in rank order,
+    /// until their decode items are listed.
+    pub(super) granted: Vec<Rank>,
+    /// The members in rank order, for a host's batch.
+    pub(super) lane: Lane,
 }
 
 impl Group {
     /// Make the running `request` in `slot` (one token left) a member.
     pub(super) fn join(&mut self, request: &mut Request, slot: usize, block_size: usize) {
         request.join_group(self.clock);
+        self.lane.join(request, slot, self.clock);
         self.members += 1;
         self.tokens += request.num_tokens();
         let rank = request.rank();
@@ -101,10 +108,16 @@ impl Group {
         self.push_finish(request, slot, to_finish);
     }
 
-    /// Take the member `request` out of the group, its counts brought up to date (its
-    /// events stay behind, stale).
-    pub(super) fn leave(&mut self, request: &mut Request, sampled: Option<&SampledTokens>) {
+    /// Take the member `request`, in `slot`, out of the group, its counts brought up to
+    /// date (its events stay behind, stale).
+    pub(super) fn leave(
+        &mut self,
+        request: &mut Request,
+        slot: usize,
+        sampled: Option<&SampledTokens>,
+    ) {
         request.leave_group(self.clock, sampled);
+        self.lane.leave(slot);
         self.members -= 1;
         self.tokens -= request.num_tokens();
     }

@@ -75,6 +75,7 @@ impl ServingScheduler {
         let clock = self.group.clock;
         let (mut members, mut tokens) = (0, 0);
         let mut prefilling = Vec::new();
+        let mut lane = Vec::new();
         for &(rank, slot) in &self.running {
             let Some(request) = self.requests.at(slot) else {
                 return Err("a running entry's slot is empty".into());
@@ -89,6 +90,7 @@ impl ServingScheduler {
                 }
                 members += 1;
                 tokens += request.tokens_at(clock);
+                lane.push((rank, slot, request.computed_at(clock)));
             } else {
                 prefilling.push((rank, slot));
             }
@@ -105,6 +107,9 @@ impl ServingScheduler {
                 "decode group counts {} members and {} tokens, not {members} and {tokens}",
                 self.group.members, self.group.tokens
             ));
+        }
+        if self.group.lane.live(clock).is_some_and(|live| live != lane) {
+            return Err("the decode lane is not the group's members in rank order".into());
         }
         if prefilling != self.prefilling {
             return Err("the prefilling list is not the running requests outside the group".into());

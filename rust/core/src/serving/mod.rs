@@ -5,8 +5,10 @@
 //! queue, registrations; it knows nothing of requests) and its content tree (the block
 //! contents the prefix cache knows, compared instead of hashed; `content_tree.rs`); the
 //! content hash chain, computed when a hash is asked for; the request record;
-//! the request slab; the tokens requests sample where known in advance (`sampled.rs`); the decode group (`group.rs`: the running requests that only decode,
-//! advanced by a clock and visited at their events); [`ServingScheduler`]'s state and request
+//! the request slab; the tokens requests sample where known in advance (`sampled.rs`); the
+//! decode group (`group.rs`: the running requests that only decode, advanced by a clock and
+//! visited at their events) and its lane (`lane.rs`: its members in rank order, as a host's
+//! batch lists them); [`ServingScheduler`]'s state and request
 //! lifecycle, its step rule (`step.rs`), its `update` (`update.rs`) and invariant checks;
 //! [`Batch`], the plan of one step.
 //!
@@ -30,6 +32,7 @@ mod counts;
 mod group;
 mod hash;
 mod invariants;
+mod lane;
 mod prefix_query;
 mod request;
 mod sampled;

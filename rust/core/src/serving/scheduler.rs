@@ -303,7 +303,7 @@ impl ServingScheduler {
                     self.running.remove(at);
                 }
                 if request.in_group() {
-                    self.group.leave(&mut request, None); // its tokens go with it
+                    self.group.leave(&mut request, slot, None); // its tokens go with it
                 } else if let Ok(at) = self.prefilling.binary_search(&entry) {
                     self.prefilling.remove(at);
                 }

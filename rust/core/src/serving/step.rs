@@ -255,6 +255,7 @@ impl ServingScheduler {
                 self.deficit -= 1;
                 if !lean {
                     request.new_block = Some(block); // for its item, listed at sealing
+                    self.group.granted.push(rank);
                 }
             }
         }
@@ -403,7 +404,7 @@ impl ServingScheduler {
         };
         request.new_block = None; // released below with its table
         if request.in_group() {
-            self.group.leave(request, self.sampled.as_ref());
+            self.group.leave(request, slot, self.sampled.as_ref());
             if room.decodes_counted {
                 room.budget += 1; // its decode leaves the step
             }
@@ -487,6 +488,7 @@ impl ServingScheduler {
             self.batch.derive();
         }
         if lean {
+            self.group.lane.switch_off();
             self.batch.lean = true;
             self.batch.num_decode_tokens = self.group.members;
             self.batch.decode_context_tokens = self.group.tokens;
@@ -497,31 +499,32 @@ impl ServingScheduler {
     }
 
     /// Put the decode group's items in front of the prefill items planned, in rank order,
-    /// with the blocks pass 1 gave them.
+    /// with the blocks pass 1 gave them: the lane lists the members without reading their
+    /// requests, but for the few given a block.
     fn list_decodes(&mut self) {
         std::mem::swap(&mut self.batch.items, &mut self.tail_items);
         std::mem::swap(&mut self.item_slots, &mut self.tail_slots);
         std::mem::swap(&mut self.batch.sampling_ids, &mut self.tail_ids);
         let clock = self.group.clock;
-        for &(_, slot) in &self.running {
-            let Some(request) = self.requests.at_mut(slot) else {
+        let members = (self.group.lane).members(&self.running, &self.requests, clock);
+        self.batch
+            .push_decodes(members.iter().map(|m| (m.id(), m.start_at(clock))));
+        self.item_slots
+            .extend(members.iter().map(|member| member.slot));
+        // The few given a block, found by rank (a member given one and preempted since is
+        // no longer listed, and its block went back with its table).
+        for rank in &self.group.granted {
+            let Ok(at) = members.binary_search_by_key(rank, |member| member.rank) else {
                 continue;
             };
-            if !request.in_group() {
-                continue;
+            let request = self.requests.at_mut(members[at].slot);
+            if let Some(block) = request.and_then(|r| r.new_block.take()) {
+                let mut ids = self.spare.pop().unwrap_or_default();
+                ids.push(block);
+                self.batch.items[at].new_blocks = ids;
             }
-            let new_blocks = match request.new_block.take() {
-                Some(block) => {
-                    let mut ids = self.spare.pop().unwrap_or_default();
-                    ids.push(block);
-                    ids
-                }
-                None => Vec::new(),
-            };
-            let start = request.computed_at(clock);
-            self.batch.push_decode(request.id, start, new_blocks);
-            self.item_slots.push(slot);
         }
+        self.group.granted.clear();
         self.batch.decode_context_tokens = self.group.tokens;
         self.batch.items.append(&mut self.tail_items);
         self.item_slots.append(&mut self.tail_slots);
