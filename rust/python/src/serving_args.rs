@@ -22,28 +22,26 @@ fn validate<'py>(py: Python<'py>, func: &str) -> PyResult<Bound<'py, PyAny>> {
 }
 
 /// The ids of a list or tuple of plain ints in `0..=u32::MAX`, or `None` for anything else.
+///
+/// A list is read as a tuple of its items (one C copy): a tuple's items are read borrowed,
+/// where a list's safe accessors take and drop a reference to each item, two calls out of
+/// five per id under the stable ABI (a fifth of a step's `update` at 1 024 decodes).
 fn plain_ids(obj: &Bound<'_, PyAny>) -> Option<Vec<u32>> {
-    fn each<'py>(len: usize, items: impl Iterator<Item = Bound<'py, PyAny>>) -> Option<Vec<u32>> {
-        let mut ids = Vec::with_capacity(len);
-        for item in items {
-            if !item.is_exact_instance_of::<PyInt>() {
-                return None;
-            }
-            ids.push(item.extract::<u32>().ok()?);
-        }
-        Some(ids)
-    }
-    if let Ok(list) = obj.cast_exact::<PyList>() {
-        // By index: the list iterator asks the list's length again at every item (a sixth
-        // of the conversion). No Python code runs in the loop, so the length holds.
-        let len = list.len();
-        let ids = each(len, (0..len).map_while(|i| list.get_item(i).ok()))?;
-        (ids.len() == len).then_some(ids)
-    } else if let Ok(tuple) = obj.cast_exact::<PyTuple>() {
-        each(tuple.len(), tuple.iter())
+    let copied;
+    let tuple = if let Ok(list) = obj.cast_exact::<PyList>() {
+        copied = list.to_tuple();
+        &copied
     } else {
-        None
+        obj.cast_exact::<PyTuple>().ok()?
+    };
+    let mut ids = Vec::with_capacity(tuple.len());
+    for item in tuple.iter_borrowed() {
+        if !item.is_exact_instance_of::<PyInt>() {
+            return None;
+        }
+        ids.push(item.extract::<u32>().ok()?);
     }
+    Some(ids)
 }
 
 /// The ids of a 1-D numpy integer array whose values are all in `0..=u32::MAX`, read from
