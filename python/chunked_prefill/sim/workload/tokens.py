@@ -16,6 +16,7 @@ from .types import Workload
 __all__ = ["TokenPlan", "token_id"]
 
 _M64 = 2**64 - 1
+_M32 = 2**32 - 1
 _GROUP, _SESSION, _HASH = 1, 2, 3
 NO_GROUP = _M64
 
@@ -29,8 +30,11 @@ def _mix(x: int) -> int:
 
 
 def token_id(kind: int, key: int, pos: int) -> int:
-    """The id at ``pos`` of the stream ``(kind, key)``."""
-    return _mix(_mix(_mix(kind) ^ key) ^ pos) >> 32
+    """The id at ``pos`` of the stream ``(kind, key)``: ``a + pos * b`` modulo 2**32, ``a``
+    the low 32 bits of the stream's mix and ``b`` its high 32 with the lowest bit set (see
+    ``id_at`` in ``rust/core/src/sim/workload.rs`` for why that suffices)."""
+    stream = _mix(_mix(kind) ^ key)
+    return ((stream & _M32) + pos * ((stream >> 32) | 1)) & _M32
 
 
 class TokenPlan:
