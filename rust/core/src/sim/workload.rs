@@ -81,9 +81,10 @@ const fn stream(kind: u64, key: u64) -> u64 {
 /// The ids only meet the prefix cache, which compares blocks of them (under the same
 /// parent block), so what matters is which blocks are equal: `b` being odd, a stream's
 /// ids are distinct over 2**32 positions, and two streams give equal ids at two
-/// consecutive positions only if both halves of the streams are equal (about 2**-63 for
-/// distinct streams), so no two streams share a block. One multiply-add an id, which
-/// vectorises (a mix per id was a sixth of the loop of a trace with token ids).
+/// consecutive positions (at any offsets) only if their `b` are equal and their `a` then
+/// differ by the offset times `b` (about 2**-63 for distinct streams), so no two streams
+/// share a block. One multiply-add an id, which vectorises (a mix per id was a sixth of
+/// the loop of a trace with token ids).
 const fn id_at(stream: u64, pos: u64) -> u32 {
     let (a, b) = (stream as u32, (stream >> 32) as u32 | 1);
     a.wrapping_add((pos as u32).wrapping_mul(b))
