@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import csv
 import statistics
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,7 +109,7 @@ def attention_backend(row: Row) -> str:
     return vllm_software(vllm_release(row))[1]
 
 
-PAGED_DECODE_SOURCES = ("vLLM PR #2542", "vLLM PR #3240", "vLLM PR #4002")
+PAGED_DECODE_SOURCES = ("vLLM PR #2542", "vLLM PR #3240", "vLLM PR #3692", "vLLM PR #4002")
 """Sources whose vLLM version is unknown but whose date is not: January to April 2024, vLLM's
 main before PR #4907 (2024-05-19, released in 0.4.3) made FlashAttention its decode kernel."""
 
@@ -122,13 +121,6 @@ def vllm_release(row: Row) -> str:
     if row.engine_version != "unknown":
         return row.engine_version
     return "0.4.0" if row.source.startswith(PAGED_DECODE_SOURCES) else "0.6.0"
-
-
-NOT_MODELLED = {
-    "Qwen/Qwen2-57B-A14B-Instruct": "shared experts (shared_expert_intermediate_size) are not"
-    " modelled: the catalog refuses the config",
-}
-"""Models of the CSV the roofline cannot take, and why."""
 
 
 def model_and_quantization(row: Row) -> tuple[str, str | None]:
@@ -288,11 +280,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--markdown", action="store_true", help="the table docs/engines.md shows")
     args = p.parse_args(argv)
     rows = [r for r in read_rows(args.csv) if args.split in ("all", r.split)]
-    for model, why in NOT_MODELLED.items():
-        left = sum(r.model == model for r in rows)
-        if left:
-            print(f"left out: {left} rows of {model}: {why}", file=sys.stderr)
-    rows = [r for r in rows if r.model not in NOT_MODELLED]
     predicted = [predict(row) for row in rows]
     before = read_before()
     if args.markdown:

@@ -60,6 +60,9 @@ CARDS = {
     "qwen3-30b-a3b": (30.5e9, "huggingface.co/Qwen/Qwen3-30B-A3B: 30.5B, 3.3B activated"),
     "qwen3-235b-a22b": (235e9, "huggingface.co/Qwen/Qwen3-235B-A22B: 235B, 22B activated"),
     "mixtral-8x22b": (141e9, "huggingface.co/mistralai/Mixtral-8x22B-v0.1: 141B, 39B active"),
+    "qwen1.5-moe-a2.7b": (14.3e9, "huggingface.co/Qwen/Qwen1.5-MoE-A2.7B: 14.3B, 2.7B activated"),
+    "qwen2-57b-a14b": (57.4e9, "huggingface.co/Qwen/Qwen2-57B-A14B-Instruct: 57.4B, 14B activated"),
+    "dbrx": (132e9, "huggingface.co/databricks/dbrx-instruct: 132B, 36B active"),
     "llama-3.1-405b": (406e9, "huggingface.co/meta-llama/Llama-3.1-405B-Instruct: 406B"),
 }
 
@@ -81,6 +84,9 @@ def test_parameter_count_within_1_percent_of_the_card(model: str) -> None:
         ("llama-3.1-8b", 8.03e9),
         ("qwen3-235b-a22b", 22e9),
         ("mixtral-8x22b", 39e9),
+        ("qwen1.5-moe-a2.7b", 2.7e9),
+        ("qwen2-57b-a14b", 14.2e9),
+        ("dbrx", 36e9),
     ],
 )
 def test_active_parameters_as_the_cards_count_them(model: str, active: float) -> None:
@@ -141,6 +147,8 @@ def test_gpu_aliases_resolve_without_case(typed: str, preset: str) -> None:
         ("META-LLAMA/llama-3.1-8b-instruct", "llama-3.1-8b"),
         ("Qwen/Qwen2.5-32B-Instruct", "qwen2.5-32b"),
         ("Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b"),
+        ("Qwen/Qwen2-57B-A14B-Instruct", "qwen2-57b-a14b"),
+        ("databricks/dbrx-instruct", "dbrx"),
         ("Llama-3.1-70B", "llama-3.1-70b"),
     ],
 )
@@ -233,21 +241,20 @@ def test_a_qwen3_moe_config_reads_as_the_preset(tmp_path: Path) -> None:
     ("change", "message"),
     [
         (
-            {"shared_expert_intermediate_size": 5632},
-            "key 'shared_expert_intermediate_size': shared experts are not modelled (got 5632;"
-            " only 0 or absent)",
-        ),
-        (
             {"n_shared_experts": 2},
             "key 'n_shared_experts': DeepSeek-style routed and shared experts are not modelled"
-            " (the reader takes Mixtral's num_local_experts or Qwen-MoE's num_experts, without"
-            " shared experts)",
+            " (the reader takes Mixtral's num_local_experts or Qwen-MoE's num_experts, with"
+            " Qwen-MoE's shared_expert_intermediate_size)",
         ),
         (
             {"n_routed_experts": 256},
             "key 'n_routed_experts': DeepSeek-style routed and shared experts are not modelled"
-            " (the reader takes Mixtral's num_local_experts or Qwen-MoE's num_experts, without"
-            " shared experts)",
+            " (the reader takes Mixtral's num_local_experts or Qwen-MoE's num_experts, with"
+            " Qwen-MoE's shared_expert_intermediate_size)",
+        ),
+        (
+            {"shared_expert_intermediate_size": -1},
+            "key 'shared_expert_intermediate_size': expected a positive whole number, got -1",
         ),
         (
             {"mlp_only_layers": [0, 47]},
@@ -277,6 +284,140 @@ def test_moe_layouts_not_modelled_are_refused(
     tmp_path: Path, change: dict[str, Any], message: str
 ) -> None:
     path = _write(tmp_path, QWEN3_30B_A3B | change)
+    with pytest.raises(ModelConfigError) as err:
+        load_model_config(path)
+    assert str(err.value) == f"{path}: {message}"
+
+
+QWEN2_57B_A14B = {
+    "architectures": ["Qwen2MoeForCausalLM"],
+    "decoder_sparse_step": 1,
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "model_type": "qwen2_moe",
+    "moe_intermediate_size": 2560,
+    "num_attention_heads": 28,
+    "num_experts": 64,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "shared_expert_intermediate_size": 20480,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 151936,
+}
+"""Qwen/Qwen2-57B-A14B-Instruct's config.json (the keys read, and some ignored)."""
+
+
+def test_a_qwen2_moe_config_with_a_shared_expert_reads_as_the_preset(tmp_path: Path) -> None:
+    spec = load_model_config(_write(tmp_path, QWEN2_57B_A14B))
+    assert spec.to_dict() | {"name": "", "source": ""} == MODELS["qwen2-57b-a14b"].to_dict() | {
+        "name": "",
+        "source": "",
+    }
+    assert spec.shared_mlp_params == 3 * 3584 * 20480
+    # Per layer on one GPU of TP 2: attention (4 K/V heads, 2 each), 64 experts and the
+    # shared expert split; the router and the shared expert's one-output gate replicated.
+    attention = 2 * 3584 * 3584 // 2 + 2 * 3584 * 256
+    linear = attention + (64 * 3 * 3584 * 2560 + 3 * 3584 * 20480) // 2
+    kept = 3584 * 64 + 3584 + 2 * 3584
+    embeddings = 2 * 151936 * 3584 // 2 + 3584
+    assert spec.weight_bytes_per_gpu(2) == 2 * (28 * (linear + kept) + embeddings)
+    # Every token passes through the shared expert: it counts among the active weights.
+    routed = 8 * 3 * 3584 * 2560
+    assert spec.active_params == spec.num_params - 28 * (64 * 3 * 3584 * 2560 - routed)
+
+
+def test_a_shared_expert_costs_as_a_dense_mlp_in_the_roofline() -> None:
+    with_shared, _ = engine_for("qwen2-57b-a14b", "a100-80gb", 2)
+    spec = MODELS["qwen2-57b-a14b"]
+    without = spec.__class__(**_fields(spec, 0))
+    alone, _ = engine_for(without, "a100-80gb", 2)
+    shared = 3 * 3584 * 20480 // 2  # one GPU's half
+    flops = 312e12 * 0.675
+    # Its FLOPs per token and the padding of its few tokens, as the attention's.
+    assert with_shared.token_s - alone.token_s == pytest.approx(
+        2 * 28 * (shared + 3584) / flops, rel=1e-9
+    )
+    assert with_shared.gemm_fixed_s - alone.gemm_fixed_s == pytest.approx(
+        64 * 2 * 28 * (shared + 3584) / flops, rel=1e-9
+    )
+    # Read every step whatever the routing, with three more GEMVs a layer (gate/up, down,
+    # the gate); the routed experts' terms are unchanged.
+    reads = 2.039e12 * 0.80
+    assert with_shared.dense_read_s - alone.dense_read_s == pytest.approx(
+        (2 * 28 * shared + 2 * 28 * 3584) / reads + 3 * 28 * 5.1e-6, rel=1e-9
+    )
+    assert (with_shared.expert_read_s, with_shared.expert_fixed_s) == (
+        alone.expert_read_s,
+        alone.expert_fixed_s,
+    )
+
+
+def _fields(spec: Any, shared: int) -> dict[str, Any]:
+    """``spec``'s constructor arguments with another shared expert size."""
+    out = {k: v for k, v in spec.to_dict().items() if k not in ("num_params", "active_params")}
+    return out | {"shared_expert_intermediate_size": shared}
+
+
+DBRX = {
+    "architectures": ["DbrxForCausalLM"],
+    "attn_config": {"clip_qkv": 8, "kv_n_heads": 8, "model_type": "", "rope_theta": 500000},
+    "d_model": 6144,
+    "ffn_config": {
+        "ffn_hidden_size": 10752,
+        "model_type": "",
+        "moe_jitter_eps": 0,
+        "moe_loss_weight": 0.05,
+        "moe_num_experts": 16,
+        "moe_top_k": 4,
+    },
+    "max_seq_len": 32768,
+    "model_type": "dbrx",
+    "n_heads": 48,
+    "n_layers": 40,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 100352,
+}
+"""databricks/dbrx-instruct's config.json (MPT's names, attention and MoE keys nested)."""
+
+
+def test_a_dbrx_config_reads_as_the_preset(tmp_path: Path) -> None:
+    spec = load_model_config(_write(tmp_path, DBRX))
+    assert spec.to_dict() | {"name": "", "source": ""} == MODELS["dbrx"].to_dict() | {
+        "name": "",
+        "source": "",
+    }
+    assert (spec.num_local_experts, spec.num_experts_per_tok, spec.head_dim) == (16, 4, 128)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"ffn_config": None},
+            "key 'ffn_config': expected an object (DBRX's ffn_hidden_size is in it), got null",
+        ),
+        (
+            {"ffn_config": DBRX["ffn_config"] | {"moe_top_k": 0}},
+            "key 'ffn_config.moe_top_k': expected a positive whole number, got 0",
+        ),
+        (
+            {"attn_config": {"rope_theta": 500000}},
+            "key 'attn_config.kv_n_heads': missing (a positive whole number)",
+        ),
+        ({"d_model": "6144"}, "key 'd_model': expected a positive whole number, got '6144'"),
+        (
+            {"ffn_config": DBRX["ffn_config"] | {"moe_top_k": 17}},
+            "key 'num_experts_per_tok': 17 is above num_local_experts (16)",
+        ),
+    ],
+)
+def test_a_bad_dbrx_config_names_its_own_key(
+    tmp_path: Path, change: dict[str, Any], message: str
+) -> None:
+    path = _write(tmp_path, DBRX | change)
     with pytest.raises(ModelConfigError) as err:
         load_model_config(path)
     assert str(err.value) == f"{path}: {message}"

@@ -142,8 +142,12 @@ def test_a_word_before_the_command_is_the_top_programs_error(
             "key 'moe_intermediate_size': missing (a positive whole number)",
         ),
         (
-            {"num_experts": 60, "num_experts_per_tok": 4, "shared_expert_intermediate_size": 5632},
-            "key 'shared_expert_intermediate_size': shared experts are not modelled",
+            {"shared_expert_intermediate_size": 5632},
+            "key 'shared_expert_intermediate_size': an expert size without experts",
+        ),
+        (
+            {"model_type": "dbrx", "n_layers": 4, "d_model": 64, "n_heads": 4},
+            "key 'attn_config': expected an object (DBRX's kv_n_heads is in it), got null",
         ),
         ({"n_routed_experts": 256}, "key 'n_routed_experts': DeepSeek-style routed and shared"),
     ],

@@ -22,26 +22,59 @@ MAX_MODEL_COUNT = 10**12
 above any real model, low enough that every figure derived from them stays exact."""
 
 
-def _count(path: str, table: dict[str, Any], key: str, default: int | None = None) -> int:
+def _count(
+    path: str, table: dict[str, Any], key: str, default: int | None = None, label: str = ""
+) -> int:
     """A positive whole number of ``table[key]``, at most :data:`MAX_MODEL_COUNT`
-    (``default`` when absent or null)."""
+    (``default`` when absent or null); errors name the key as ``label`` when given."""
     value = table.get(key)
+    name = label or key
     if value is None and default is not None:
         return default
     if value is None and key not in table:
-        raise ModelConfigError(f"{path}: key {key!r}: missing (a positive whole number)")
+        raise ModelConfigError(f"{path}: key {name!r}: missing (a positive whole number)")
     parsed = exact(value) if isinstance(value, Number) else None
     number = whole(*parsed) if parsed is not None and abs(parsed[0]) < 10**30 else None
     if number is None or number < 1:
         raise ModelConfigError(
-            f"{path}: key {key!r}: expected a positive whole number, got {_kind(value)}"
+            f"{path}: key {name!r}: expected a positive whole number, got {_kind(value)}"
         )
     if number > MAX_MODEL_COUNT:
         raise ModelConfigError(
-            f"{path}: key {key!r}: expected a positive whole number up to 10**12, got"
+            f"{path}: key {name!r}: expected a positive whole number up to 10**12, got"
             f" {_kind(value)}"
         )
     return number
+
+
+_DBRX_KEYS = {
+    "num_hidden_layers": ("", "n_layers"),
+    "hidden_size": ("", "d_model"),
+    "num_attention_heads": ("", "n_heads"),
+    "num_key_value_heads": ("attn_config", "kv_n_heads"),
+    "intermediate_size": ("ffn_config", "ffn_hidden_size"),
+    "num_local_experts": ("ffn_config", "moe_num_experts"),
+    "num_experts_per_tok": ("ffn_config", "moe_top_k"),
+}
+"""The flat key of each count a DBRX ``config.json`` gives under MPT's name, at the top or
+in a nested object (``model_type`` ``"dbrx"``)."""
+
+
+def _flatten_dbrx(path: str, table: dict[str, Any]) -> dict[str, Any]:
+    """A DBRX config as the flat keys the other models use, each count read (and any error
+    named) at DBRX's own key, such as ``ffn_config.moe_top_k``. DBRX's MLP is gated (its
+    experts' ``w1``, ``v1`` and ``w2``), as the roofline assumes."""
+    flat = dict(table)
+    for key, (outer, inner) in _DBRX_KEYS.items():
+        nested = table.get(outer) if outer else table
+        if not isinstance(nested, dict):
+            raise ModelConfigError(
+                f"{path}: key {outer!r}: expected an object (DBRX's {inner} is in it), got"
+                f" {_kind(nested)}"
+            )
+        _count(path, nested, inner, label=f"{outer}.{inner}" if outer else inner)
+        flat[key] = nested[inner]  # the value as read, for the checks across keys
+    return flat
 
 
 def _heads(path: str, table: dict[str, Any], hidden: int, heads: int) -> tuple[int, int]:
@@ -76,21 +109,16 @@ def _present(table: dict[str, Any], key: str) -> bool:
 
 def _refuse_moe_layouts(path: str, table: dict[str, Any]) -> None:
     """Refuse, naming the key, the mixture-of-experts layouts the roofline does not model:
-    shared experts (DeepSeek's ``n_routed_experts``/``n_shared_experts``, Qwen2-MoE's
-    ``shared_expert_intermediate_size``) and dense layers among the MoE ones
+    DeepSeek's (``n_routed_experts``/``n_shared_experts``: multi-head latent attention and
+    dense first layers come with them) and dense layers among the MoE ones
     (``mlp_only_layers``, ``decoder_sparse_step`` other than 1)."""
     for key in ("n_routed_experts", "n_shared_experts"):
         if _present(table, key):
             raise ModelConfigError(
                 f"{path}: key {key!r}: DeepSeek-style routed and shared experts are not"
                 " modelled (the reader takes Mixtral's num_local_experts or Qwen-MoE's"
-                " num_experts, without shared experts)"
+                " num_experts, with Qwen-MoE's shared_expert_intermediate_size)"
             )
-    if _present(table, "shared_expert_intermediate_size"):
-        raise ModelConfigError(
-            f"{path}: key 'shared_expert_intermediate_size': shared experts are not modelled"
-            f" (got {_kind(table['shared_expert_intermediate_size'])}; only 0 or absent)"
-        )
     if _present(table, "mlp_only_layers"):
         raise ModelConfigError(
             f"{path}: key 'mlp_only_layers': dense layers among the MoE layers are not"
@@ -104,10 +132,11 @@ def _refuse_moe_layouts(path: str, table: dict[str, Any]) -> None:
         )
 
 
-def _experts(path: str, table: dict[str, Any]) -> tuple[int, int, int]:
-    """``(experts, num_experts_per_tok, expert_intermediate_size)``, ``(0, 0, 0)`` for a
-    dense model. Experts: Mixtral's ``num_local_experts`` or Qwen-MoE's ``num_experts``
-    (with its ``moe_intermediate_size``, the MLP size of one expert)."""
+def _experts(path: str, table: dict[str, Any]) -> tuple[int, int, int, int]:
+    """``(experts, num_experts_per_tok, expert_intermediate_size,
+    shared_expert_intermediate_size)``, all 0 for a dense model. Experts: Mixtral's
+    ``num_local_experts`` or Qwen-MoE's ``num_experts`` (with its ``moe_intermediate_size``,
+    the MLP size of one expert, and Qwen2-MoE's shared expert, 0 or absent for none)."""
     _refuse_moe_layouts(path, table)
     keys = [key for key in ("num_local_experts", "num_experts") if _present(table, key)]
     if len(keys) == 2:
@@ -117,12 +146,13 @@ def _experts(path: str, table: dict[str, Any]) -> tuple[int, int, int]:
     if not keys:
         if table.get("num_experts_per_tok") is not None:
             _count(path, table, "num_local_experts")  # missing: the error names it
-        if _present(table, "moe_intermediate_size"):
-            raise ModelConfigError(
-                f"{path}: key 'moe_intermediate_size': an expert size without experts"
-                " (num_local_experts or num_experts)"
-            )
-        return 0, 0, 0
+        for sized in ("moe_intermediate_size", "shared_expert_intermediate_size"):
+            if _present(table, sized):
+                raise ModelConfigError(
+                    f"{path}: key {sized!r}: an expert size without experts"
+                    " (num_local_experts or num_experts)"
+                )
+        return 0, 0, 0, 0
     (key,) = keys
     experts = _count(path, table, key)
     per_tok = _count(path, table, "num_experts_per_tok")
@@ -132,7 +162,12 @@ def _experts(path: str, table: dict[str, Any]) -> tuple[int, int, int]:
         )
     # Qwen-MoE's experts have their own size; Mixtral's are intermediate_size.
     size = _count(path, table, "moe_intermediate_size", None if key == "num_experts" else 0)
-    return experts, per_tok, size
+    shared = (
+        _count(path, table, "shared_expert_intermediate_size")
+        if _present(table, "shared_expert_intermediate_size")
+        else 0
+    )
+    return experts, per_tok, size, shared
 
 
 def _dtype(path: str, table: dict[str, Any]) -> str:
@@ -215,15 +250,20 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
     Required keys: ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
     ``intermediate_size``, ``vocab_size``; optional: ``num_key_value_heads`` (default: the
     attention heads), ``head_dim`` (default: hidden / heads), ``num_local_experts`` (Mixtral)
-    or ``num_experts`` with ``moe_intermediate_size`` (Qwen-MoE), each with
-    ``num_experts_per_tok``, ``torch_dtype`` (or ``dtype``; default bfloat16),
-    ``quantization_config`` (FP8 weights only), ``tie_word_embeddings`` (default false).
-    Other keys are ignored, but for the MoE layouts not modelled (shared experts, dense
-    layers among MoE ones), which are refused. A missing key or a bad value raises
-    :class:`ModelConfigError` naming the file and key.
+    or ``num_experts`` with ``moe_intermediate_size`` (Qwen-MoE) and optionally
+    ``shared_expert_intermediate_size`` (Qwen2-MoE), each with ``num_experts_per_tok``,
+    ``torch_dtype`` (or ``dtype``; default bfloat16), ``quantization_config`` (FP8 weights
+    only), ``tie_word_embeddings`` (default false). A DBRX config (``model_type`` ``"dbrx"``)
+    gives the counts under MPT's names (``n_layers``, ``d_model``, ``n_heads``,
+    ``attn_config.kv_n_heads``, ``ffn_config``'s ``ffn_hidden_size``, ``moe_num_experts``,
+    ``moe_top_k``). Other keys are ignored, but for the MoE layouts not modelled
+    (DeepSeek's experts, dense layers among MoE ones), which are refused. A missing key or a
+    bad value raises :class:`ModelConfigError` naming the file and key.
     """
     name = os.fspath(path)
     table = _read_json(name, ModelConfigError)
+    if table.get("model_type") == "dbrx":
+        table = _flatten_dbrx(name, table)
     counts = {
         key: _count(name, table, key)
         for key in (
@@ -235,7 +275,7 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
         )
     }
     kv, head_dim = _heads(name, table, counts["hidden_size"], counts["num_attention_heads"])
-    experts, per_tok, expert_size = _experts(name, table)
+    experts, per_tok, expert_size, shared_size = _experts(name, table)
     tied = table.get("tie_word_embeddings", False)
     if not isinstance(tied, bool):
         raise ModelConfigError(
@@ -252,6 +292,7 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
         num_local_experts=experts,
         num_experts_per_tok=per_tok,
         expert_intermediate_size=expert_size,
+        shared_expert_intermediate_size=shared_size,
         dtype_bytes=_DTYPE_BYTES[dtype],
         weight_dtype=_weight_dtype(name, table, dtype),
         tie_word_embeddings=tied,

@@ -54,6 +54,10 @@ class ModelSpec:
     """Experts each token is routed to (MoE only)."""
     expert_intermediate_size: int = 0
     """The MLP size of one expert (``moe_intermediate_size``); 0: ``intermediate_size``."""
+    shared_expert_intermediate_size: int = 0
+    """The MLP size of a MoE layer's shared expert, which every token passes through beside
+    its routed experts (Qwen2-MoE's ``shared_expert_intermediate_size``, with a one-output
+    sigmoid gate); 0: none."""
     dtype_bytes: int = 2
     """Bytes per activation (``torch_dtype``: bfloat16/float16 2, float32 4): the compute
     dtype, the weights outside the decoder layers' linear layers, and the KV cache unless
@@ -84,11 +88,11 @@ class ModelSpec:
                 f"model {self.name}: kv_dtype_bytes must be 0 (dtype_bytes), 1, 2 or 4, got"
                 f" {self.kv_dtype_bytes!r}"
             )
-        if self.expert_intermediate_size and not self.is_moe:
-            raise ValueError(
-                f"model {self.name}: expert_intermediate_size is for a mixture of experts"
-                " (num_local_experts > 0)"
-            )
+        for key in ("expert_intermediate_size", "shared_expert_intermediate_size"):
+            if getattr(self, key) and not self.is_moe:
+                raise ValueError(
+                    f"model {self.name}: {key} is for a mixture of experts (num_local_experts > 0)"
+                )
 
     @property
     def is_moe(self) -> bool:
@@ -118,9 +122,16 @@ class ModelSpec:
         return 3 * self.hidden_size * (self.expert_intermediate_size or self.intermediate_size)
 
     @property
+    def shared_mlp_params(self) -> int:
+        """Gate, up and down projection weights of one layer's shared expert (0: none)."""
+        return 3 * self.hidden_size * self.shared_expert_intermediate_size
+
+    @property
     def router_params(self) -> int:
-        """The MoE router of one layer (0 for a dense model)."""
-        return self.hidden_size * self.num_local_experts
+        """The MoE router of one layer, and the shared expert's one-output gate (0 for a
+        dense model)."""
+        gate = self.hidden_size if self.shared_expert_intermediate_size else 0
+        return self.hidden_size * self.num_local_experts + gate
 
     @property
     def embedding_params(self) -> int:
@@ -134,6 +145,7 @@ class ModelSpec:
         layer = (
             self.attention_params()
             + experts * self.mlp_params
+            + self.shared_mlp_params
             + self.router_params
             + 2 * self.hidden_size
         )
@@ -182,7 +194,7 @@ class ModelSpec:
         kv_dim = self.kv_heads_per_gpu(tp) * self.head_dim
         q_dim = self.num_attention_heads * self.head_dim // tp
         attention = 2 * self.hidden_size * q_dim + 2 * self.hidden_size * kv_dim
-        linear = attention + experts * self.mlp_params // tp
+        linear = attention + (experts * self.mlp_params + self.shared_mlp_params) // tp
         kept = self.router_params + 2 * self.hidden_size  # the router is replicated
         return (
             self.num_hidden_layers * (linear * self.weight_dtype_bytes + kept * self.dtype_bytes)
@@ -449,6 +461,51 @@ MODELS: dict[str, ModelSpec] = {
         num_experts_per_tok=2,
         source=_HF.format("mistralai/Mixtral-8x22B-Instruct-v0.1"),
     ),
+    "qwen1.5-moe-a2.7b": ModelSpec(
+        name="qwen1.5-moe-a2.7b",
+        num_hidden_layers=24,
+        hidden_size=2048,
+        num_attention_heads=16,
+        num_key_value_heads=16,
+        head_dim=128,
+        intermediate_size=5632,
+        vocab_size=151936,
+        num_local_experts=60,
+        num_experts_per_tok=4,
+        expert_intermediate_size=1408,
+        shared_expert_intermediate_size=5632,
+        source=_HF.format("Qwen/Qwen1.5-MoE-A2.7B-Chat"),
+    ),
+    "qwen2-57b-a14b": ModelSpec(
+        name="qwen2-57b-a14b",
+        num_hidden_layers=28,
+        hidden_size=3584,
+        num_attention_heads=28,
+        num_key_value_heads=4,
+        head_dim=128,
+        intermediate_size=18944,
+        vocab_size=151936,
+        num_local_experts=64,
+        num_experts_per_tok=8,
+        expert_intermediate_size=2560,
+        shared_expert_intermediate_size=20480,
+        source=_HF.format("Qwen/Qwen2-57B-A14B-Instruct"),
+    ),
+    "dbrx": ModelSpec(
+        name="dbrx",
+        num_hidden_layers=40,
+        hidden_size=6144,
+        num_attention_heads=48,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=10752,
+        vocab_size=100352,
+        num_local_experts=16,
+        num_experts_per_tok=4,
+        source=_HF.format("databricks/dbrx-instruct")
+        + " (d_model, n_layers, n_heads, attn_config.kv_n_heads, ffn_config's"
+        " ffn_hidden_size, moe_num_experts and moe_top_k)",
+    ),
     "llama-3.1-405b": ModelSpec(
         name="llama-3.1-405b",
         num_hidden_layers=126,
@@ -463,7 +520,9 @@ MODELS: dict[str, ModelSpec] = {
 }
 """Model presets (``--model NAME``), the values of each model's ``config.json`` (bfloat16
 but the Llama-2 models' float16; untied embeddings but Llama-3.2's; Qwen3-30B-A3B's
-``intermediate_size`` is its unused dense MLP size, ``moe_intermediate_size`` its experts')."""
+``intermediate_size`` is its unused dense MLP size, ``moe_intermediate_size`` its experts',
+as Qwen1.5-MoE's and Qwen2-57B-A14B's, whose ``shared_expert_intermediate_size`` is the
+shared expert's; DBRX's nested ``attn_config`` and ``ffn_config`` read as the flat keys)."""
 
 
 MODEL_ALIASES: dict[str, str] = {
@@ -510,6 +569,12 @@ MODEL_ALIASES: dict[str, str] = {
     "Qwen/Qwen3-235B-A22B": "qwen3-235b-a22b",
     "mistralai/Mixtral-8x22B-v0.1": "mixtral-8x22b",
     "mistralai/Mixtral-8x22B-Instruct-v0.1": "mixtral-8x22b",
+    "Qwen/Qwen1.5-MoE-A2.7B": "qwen1.5-moe-a2.7b",
+    "Qwen/Qwen1.5-MoE-A2.7B-Chat": "qwen1.5-moe-a2.7b",
+    "Qwen/Qwen2-57B-A14B": "qwen2-57b-a14b",
+    "Qwen/Qwen2-57B-A14B-Instruct": "qwen2-57b-a14b",
+    "databricks/dbrx-base": "dbrx",
+    "databricks/dbrx-instruct": "dbrx",
     "meta-llama/Llama-3.1-405B": "llama-3.1-405b",
     "meta-llama/Llama-3.1-405B-Instruct": "llama-3.1-405b",
     "meta-llama/Meta-Llama-3.1-405B": "llama-3.1-405b",

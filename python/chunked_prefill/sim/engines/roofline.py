@@ -149,6 +149,7 @@ class RooflineModel:
         layers, hidden = model.num_hidden_layers, model.hidden_size
         attention = model.attention_params(model.kv_heads_per_gpu(tp) * tp) // tp
         mlp = model.mlp_params // tp
+        shared = model.shared_mlp_params // tp  # every token's, as a dense MLP
         router = model.router_params
         per_tok = model.num_experts_per_tok if model.is_moe else 1
         head = model.vocab_size * hidden // tp
@@ -156,7 +157,7 @@ class RooflineModel:
         reads = gpu.hbm_bandwidth * gpu.weight_read_efficiency
         wide, layer_bytes = model.dtype_bytes, model.weight_dtype_bytes
         # Decoder-layer matrices at the weights' dtype; router and LM head stay wide.
-        dense_bytes = layers * (attention + (0 if model.is_moe else mlp)) * layer_bytes
+        dense_bytes = layers * (attention + (0 if model.is_moe else mlp) + shared) * layer_bytes
         dense_bytes += (layers * router + head) * wide
         pair_flops = 4 * model.head_dim * (model.num_attention_heads // tp) * layers
         calls = 2 * layers if tp > 1 else 0
@@ -164,11 +165,13 @@ class RooflineModel:
         kv_reads = gpu.hbm_bandwidth * gpu.hbm_efficiency
         experts = model.num_local_experts
         # One GEMV per projection: Q/K/V, O, and the MLP's two (a MoE layer: its router;
-        # its experts' GEMMs are the fused-MoE call of moe_layer_s), and the LM head.
-        gemv_fixed = gpu.gemv_latency_s * (layers * (3 if experts else 4) + 1)
-        token_s = 2 * layers * (attention + per_tok * mlp + router) / flops
+        # its experts' GEMMs are the fused-MoE call of moe_layer_s; a shared expert's two
+        # and its gate are their own), and the LM head.
+        per_layer = (3 + (3 if shared else 0)) if experts else 4
+        gemv_fixed = gpu.gemv_latency_s * (layers * per_layer + 1)
+        token_s = 2 * layers * (attention + per_tok * mlp + shared + router) / flops
         # Every GEMM pays for padding its few tokens: each touched expert's GEMMs too.
-        dense_flops = 2 * layers * (attention + router + (0 if experts else mlp))
+        dense_flops = 2 * layers * (attention + router + shared + (0 if experts else mlp))
         chunk_sq = pair_flops / (gpu.peak_flops * gpu.chunk_attention_efficiency)
         pair_efficiency = backend.pair_efficiency or gpu.attention_efficiency
         return cls(
