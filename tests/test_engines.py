@@ -132,6 +132,17 @@ def test_the_vidur_backend_charges_squared_chunks_and_none_drops_the_cpu() -> No
     )
 
 
+def test_v0_before_0_6_and_eager_process_outputs_in_line() -> None:
+    # RFC #6913: _process_model_outputs took 0.2 ms at batch 1 and 3.4 ms at batch 32; the
+    # asynchronous output processor (0.6.0) hides it, but not in eager mode.
+    v0, _ = engine_for("llama-3.1-8b", "a100-80gb", serving_engine="vllm-v0")
+    for name in ("vllm-v0-sync", "vllm-v0-eager"):
+        sync, _ = engine_for("llama-3.1-8b", "a100-80gb", serving_engine=name)
+        # (8B's decode on an A100 outlasts launching its kernels eagerly: 4.8 ms.)
+        extra = [sync.step_time(0, b, 0, 0) - v0.step_time(0, b, 0, 0) for b in (1, 32)]
+        assert extra == pytest.approx([0.2e-3, 3.4e-3], rel=1e-9)
+
+
 def test_the_paged_backend_reads_kv_once_per_query_head() -> None:
     # vLLM's PagedAttention decode kernel: one thread block per query head, each reading its
     # K/V head's cache. Llama-3.1-8B: 32 query heads share 8 K/V heads, so 4 reads.
@@ -154,9 +165,11 @@ def test_the_paged_backend_reads_kv_once_per_query_head() -> None:
 @pytest.mark.parametrize(
     ("version", "eager", "software"),
     [
-        ("0.4.2", False, ("vllm-v0", "paged")),  # PagedAttention decode until 0.4.3
+        ("0.4.2", False, ("vllm-v0-sync", "paged")),  # PagedAttention decode until 0.4.3
         ("v0.3.3", True, ("vllm-v0-eager", "paged")),
-        ("0.4.3", False, ("vllm-v0", "flash")),
+        ("0.4.3", False, ("vllm-v0-sync", "flash")),
+        ("0.5.5", False, ("vllm-v0-sync", "flash")),  # outputs processed in line until 0.6
+        ("0.6.0", False, ("vllm-v0", "flash")),
         ("0.6.4.post1", False, ("vllm-v0", "flash")),
         ("0.7", True, ("vllm-v0-eager", "flash")),
         ("0.8.0", False, ("vllm", "flash")),  # V1 by default from 0.8
@@ -565,13 +578,14 @@ def test_vllm_version_picks_the_engine_and_backend(capsys: pytest.CaptureFixture
     args += ["--chunk-size", "512"]
     assert main([*args, "--vllm-version", "0.4.2", "--json"]) == 0
     (result,) = json.loads(capsys.readouterr().out)
-    paged, _ = engine_for("qwen2.5-7b", "a100-80gb", serving_engine="vllm-v0",
+    paged, _ = engine_for("qwen2.5-7b", "a100-80gb", serving_engine="vllm-v0-sync",
                           attention_backend="paged")  # fmt: skip
     assert (result["engine"]["serving_engine"], result["engine"]["attention_backend"]) == (
-        "vllm-v0",
+        "vllm-v0-sync",
         "paged",
     )
     assert result["engine"]["kv_token_s"] == paged.kv_token_s
+    assert result["engine"]["seq_s"] == paged.seq_s == pytest.approx(123.2e-6, rel=1e-3)
     assert main([*args, "--vllm-version", "0.9.2", "--json"]) == 0
     (result,) = json.loads(capsys.readouterr().out)
     assert (result["engine"]["serving_engine"], result["engine"]["attention_backend"]) == (

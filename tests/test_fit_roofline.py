@@ -322,7 +322,7 @@ def test_fit_flag_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
          " peak_flops, step_overhead_s, weight_read_efficiency"),
         ('kind = "roofline"\nmodel = "llama-3.1-8b"\ngpu = "h100-sxm"\nserving_engine = "x"\n',
          [], "argument --profile: {p}: key 'serving_engine': expected one of vllm, vllm-eager,"
-         " vllm-v0, vllm-v0-eager, sglang, tensorrt-llm, none, got 'x'"),
+         " vllm-v0, vllm-v0-sync, vllm-v0-eager, sglang, tensorrt-llm, none, got 'x'"),
         ('kind = "roofline"\nmodel = "nope.json"\ngpu = "h100-sxm"\n', [],
          "argument --profile: {p}: key 'model': nope.json: cannot be read: No such file or"
          " directory"),

@@ -69,7 +69,7 @@ def test_vllm_before_0_4_3_decodes_through_paged_attention() -> None:
     assert check.attention_backend(by_id["mixtral-tp8-h100-bs1"]) == "paged"  # PR of 2024-01
     assert check.attention_backend(by_id["vllm-ci-llama8b_tp1-h200"]) == "flash"
     assert check.attention_backend(by_id["q3-8b-bf16-tp1-in1"]) == "flash"  # SGLang
-    assert "vllm-v0 paged," in check.condition(by_id["q2-7b-tp1-in6144"])
+    assert "vllm-v0-sync paged," in check.condition(by_id["q2-7b-tp1-in6144"])
 
 
 def test_qwen3_speed_counts_the_prompt_tokens() -> None:

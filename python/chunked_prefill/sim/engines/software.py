@@ -37,6 +37,15 @@ __all__ = [
 ]
 
 
+V0_OUTPUT_SEQ_S = (3.4e-3 - 0.2e-3) / 31
+"""V0's ``_process_model_outputs`` per sequence of a step (detokenizing, stop checks, the
+sequences' bookkeeping): the line through RFC #6913's 0.2 ms at batch 1 and 3.4 ms at
+batch 32 (vLLM issue #6913, July 2024: Llama-3-70B FP8 on 4 H100s), about 103 us."""
+
+V0_OUTPUT_STEP_S = 0.2e-3 - V0_OUTPUT_SEQ_S
+"""The same line's time at no sequence: about 97 us a step."""
+
+
 @dataclass(frozen=True)
 class ServingEngine:
     """The CPU side of a serving engine's step."""
@@ -79,17 +88,30 @@ SERVING_ENGINES: dict[str, ServingEngine] = {
             cpu_step_s=1.5e-3,
             cpu_seq_s=20e-6,
             launch_layer_s=0.0,
-            description="vLLM V0 (before 0.8), CUDA graphs",
+            description="vLLM V0 0.6 and 0.7, CUDA graphs (output processing overlapped)",
             source="vLLM's v0.6.0 performance post (blog.vllm.ai, 2024-09-05): scheduling and"
             " output processing were 29 % and the GPU 38 % of a Llama-3-8B H100 step in v0.5.3",
         ),
         ServingEngine(
+            name="vllm-v0-sync",
+            cpu_step_s=1.5e-3 + V0_OUTPUT_STEP_S,
+            cpu_seq_s=20e-6 + V0_OUTPUT_SEQ_S,
+            launch_layer_s=0.0,
+            description="vLLM V0 before 0.6, CUDA graphs: output processing on the critical path",
+            source="as vllm-v0, plus _process_model_outputs, which the GPU waited for until the"
+            " asynchronous output processor (vLLM PR #7049, in 0.6.0): 0.2 ms at batch 1 and"
+            " 3.4 ms at batch 32 (RFC #6913, Llama-3-70B FP8 on 4 H100s)",
+        ),
+        ServingEngine(
             name="vllm-v0-eager",
-            cpu_step_s=1.5e-3,
-            cpu_seq_s=20e-6,
+            cpu_step_s=1.5e-3 + V0_OUTPUT_STEP_S,
+            cpu_seq_s=20e-6 + V0_OUTPUT_SEQ_S,
             launch_layer_s=150e-6,
-            description="vLLM V0 (before 0.8) with enforce_eager=True",
-            source="as vllm-v0, with vllm-eager's kernel launches",
+            description="vLLM V0 (before 0.8) with enforce_eager=True: output processing on"
+            " the critical path",
+            source="as vllm-v0-sync (V0 turns the asynchronous output processor off in eager"
+            " mode: 'Since, enforce-eager is enabled, async output processor cannot be used'),"
+            " with vllm-eager's kernel launches",
         ),
         ServingEngine(
             name="sglang",
@@ -200,6 +222,10 @@ VLLM_FLASH_DECODE_FROM = (0, 4, 3)
 """The first vLLM release whose decode attention is FlashAttention's (PR #4907, 2024-05-19):
 the ones before decode through its PagedAttention kernel (the ``paged`` backend)."""
 
+VLLM_ASYNC_OUTPUT_FROM = (0, 6, 0)
+"""The first vLLM release that processes a step's outputs while the GPU runs the next (the
+asynchronous output processor, PR #7049, merged 2024-08; with CUDA graphs only)."""
+
 VLLM_V1_FROM = (0, 8, 0)
 """The first vLLM release that runs its V1 engine by default (March 2025)."""
 
@@ -246,14 +272,18 @@ def _release(version: str) -> tuple[int, int, int]:
 
 def vllm_software(version: str, *, eager: bool = False) -> tuple[str, str]:
     """The :data:`SERVING_ENGINES` and :data:`ATTENTION_BACKENDS` names that model vLLM
-    release ``version`` (``"0.4.2"``, ``"v0.6.4.post1"``, ``"0.10.1rc1"``): ``vllm-v0``
-    before 0.8, ``vllm`` from it (``-eager`` with ``eager``, vLLM's ``enforce_eager``);
-    ``paged`` before 0.4.3, ``flash`` from it. Raises :class:`TypeError` for a version that
-    is no string, :class:`ValueError` for one that does not start with ``MAJOR.MINOR``."""
+    release ``version`` (``"0.4.2"``, ``"v0.6.4.post1"``, ``"0.10.1rc1"``): ``vllm-v0-sync``
+    before 0.6, ``vllm-v0`` from it, ``vllm`` from 0.8 (with ``eager``, vLLM's
+    ``enforce_eager``: ``vllm-v0-eager`` before 0.8, ``vllm-eager`` from it); ``paged``
+    before 0.4.3, ``flash`` from it. Raises :class:`TypeError` for a version that is no
+    string, :class:`ValueError` for one that does not start with ``MAJOR.MINOR``."""
     release = _release(version)
-    engine = "vllm-v0" if release < VLLM_V1_FROM else "vllm"
     backend = "paged" if release < VLLM_FLASH_DECODE_FROM else "flash"
-    return (engine + "-eager" if eager else engine), backend
+    if release >= VLLM_V1_FROM:
+        return ("vllm-eager" if eager else "vllm"), backend
+    if eager:
+        return "vllm-v0-eager", backend
+    return ("vllm-v0" if release >= VLLM_ASYNC_OUTPUT_FROM else "vllm-v0-sync"), backend
 
 
 def vllm_token_budget(

@@ -119,9 +119,9 @@ def add_software_flags(g: Any) -> None:
     g.add_argument(
         "--vllm-version",
         metavar="X.Y.Z",
-        help="the vLLM release to model, with CUDA graphs: picks --serving-engine (vllm-v0"
-        " before 0.8, vllm from it) and --attention-backend (paged before 0.4.3, flash from"
-        " it); not with either",
+        help="the vLLM release to model, with CUDA graphs: picks --serving-engine"
+        " (vllm-v0-sync before 0.6, vllm-v0 before 0.8, vllm from it) and"
+        " --attention-backend (paged before 0.4.3, flash from it); not with either",
     )
 
 
