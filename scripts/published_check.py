@@ -114,19 +114,36 @@ PAGED_DECODE_SOURCES = ("vLLM PR #2542", "vLLM PR #3240", "vLLM PR #3692", "vLLM
 main before PR #4907 (2024-05-19, released in 0.4.3) made FlashAttention its decode kernel."""
 
 
+V1_SOURCES = ("vLLM PR #20155", "pytorch/ao docs")
+"""Sources whose vLLM version is unknown but whose date is not: June and July 2025, vLLM
+main or nightly between 0.9.1 and 0.9.2, the V1 engine."""
+
+
 def vllm_release(row: Row) -> str:
     """A vLLM row's version; where it is unknown, the release its date implies: main before
-    0.4.3 for the PRs of January to April 2024 (``0.4.0``), a V0 release after it for the
-    rest, which come from later in 2024 (the CI builds, Oracle's blog: ``0.6.0``)."""
+    0.4.3 for the PRs of January to April 2024 (``0.4.0``), a V1 release for the sources of
+    mid-2025 (``0.9.1``), a V0 release after 0.6 for the rest, which come from later in 2024
+    (the CI builds, Oracle's and ROCm's blogs, vLLM's torch.compile docs: ``0.6.0``)."""
     if row.engine_version != "unknown":
         return row.engine_version
-    return "0.4.0" if row.source.startswith(PAGED_DECODE_SOURCES) else "0.6.0"
+    if row.source.startswith(PAGED_DECODE_SOURCES):
+        return "0.4.0"
+    return "0.9.1" if row.source.startswith(V1_SOURCES) else "0.6.0"
+
+
+FP8_CHECKPOINT_ORGS = ("neuralmagic/", "RedHatAI/")
+"""Publishers of FP8 checkpoints of Meta's Llama models under Meta's names (Neural Magic,
+now Red Hat AI): ``RedHatAI/Meta-Llama-3.1-70B-Instruct-FP8`` is Meta's model in FP8."""
 
 
 def model_and_quantization(row: Row) -> tuple[str, str | None]:
     """The catalog model of a row and its ``quantization``: an ``-FP8`` checkpoint is its
-    base model with FP8 linear weights (the CSV's ``weight_dtype`` says fp8)."""
+    base model with FP8 linear weights (the CSV's ``weight_dtype`` says fp8), Neural Magic's
+    and Red Hat's of a Llama model Meta's."""
     model = row.model.removesuffix("-FP8")
+    for org in FP8_CHECKPOINT_ORGS:
+        if model.startswith(org + "Meta-Llama-"):
+            model = "meta-llama/" + model.removeprefix(org)
     return model, "fp8" if row.weight_dtype == "fp8" else None
 
 

@@ -60,6 +60,7 @@ CARDS = {
     "qwen3-30b-a3b": (30.5e9, "huggingface.co/Qwen/Qwen3-30B-A3B: 30.5B, 3.3B activated"),
     "qwen3-235b-a22b": (235e9, "huggingface.co/Qwen/Qwen3-235B-A22B: 235B, 22B activated"),
     "mixtral-8x22b": (141e9, "huggingface.co/mistralai/Mixtral-8x22B-v0.1: 141B, 39B active"),
+    "phi-4-mini": (3.84e9, "huggingface.co/microsoft/Phi-4-mini-instruct: 3.84B"),
     "qwen1.5-moe-a2.7b": (14.3e9, "huggingface.co/Qwen/Qwen1.5-MoE-A2.7B: 14.3B, 2.7B activated"),
     "qwen2-57b-a14b": (57.4e9, "huggingface.co/Qwen/Qwen2-57B-A14B-Instruct: 57.4B, 14B activated"),
     "dbrx": (132e9, "huggingface.co/databricks/dbrx-instruct: 132B, 36B active"),

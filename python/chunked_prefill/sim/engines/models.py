@@ -461,6 +461,18 @@ MODELS: dict[str, ModelSpec] = {
         num_experts_per_tok=2,
         source=_HF.format("mistralai/Mixtral-8x22B-Instruct-v0.1"),
     ),
+    "phi-4-mini": ModelSpec(
+        name="phi-4-mini",
+        num_hidden_layers=32,
+        hidden_size=3072,
+        num_attention_heads=24,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=8192,
+        vocab_size=200064,
+        tie_word_embeddings=True,
+        source=_HF.format("microsoft/Phi-4-mini-instruct"),
+    ),
     "qwen1.5-moe-a2.7b": ModelSpec(
         name="qwen1.5-moe-a2.7b",
         num_hidden_layers=24,
@@ -519,10 +531,11 @@ MODELS: dict[str, ModelSpec] = {
     ),
 }
 """Model presets (``--model NAME``), the values of each model's ``config.json`` (bfloat16
-but the Llama-2 models' float16; untied embeddings but Llama-3.2's; Qwen3-30B-A3B's
-``intermediate_size`` is its unused dense MLP size, ``moe_intermediate_size`` its experts',
-as Qwen1.5-MoE's and Qwen2-57B-A14B's, whose ``shared_expert_intermediate_size`` is the
-shared expert's; DBRX's nested ``attn_config`` and ``ffn_config`` read as the flat keys)."""
+but the Llama-2 models' float16; untied embeddings but Llama-3.2's, Qwen2.5's up to 3B and
+Phi-4-mini's; Qwen3-30B-A3B's ``intermediate_size`` is its unused dense MLP size,
+``moe_intermediate_size`` its experts', as Qwen1.5-MoE's and Qwen2-57B-A14B's, whose
+``shared_expert_intermediate_size`` is the shared expert's; DBRX's nested ``attn_config``
+and ``ffn_config`` read as the flat keys)."""
 
 
 MODEL_ALIASES: dict[str, str] = {
@@ -569,6 +582,7 @@ MODEL_ALIASES: dict[str, str] = {
     "Qwen/Qwen3-235B-A22B": "qwen3-235b-a22b",
     "mistralai/Mixtral-8x22B-v0.1": "mixtral-8x22b",
     "mistralai/Mixtral-8x22B-Instruct-v0.1": "mixtral-8x22b",
+    "microsoft/Phi-4-mini-instruct": "phi-4-mini",
     "Qwen/Qwen1.5-MoE-A2.7B": "qwen1.5-moe-a2.7b",
     "Qwen/Qwen1.5-MoE-A2.7B-Chat": "qwen1.5-moe-a2.7b",
     "Qwen/Qwen2-57B-A14B": "qwen2-57b-a14b",
