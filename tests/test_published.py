@@ -60,6 +60,12 @@ def test_each_engine_has_its_serving_engine_and_rule() -> None:
     nim = by_id["nim-llama33-70b-fp8-tp2-h100-in500-ttft"]
     assert check.serving_engine(nim) == "tensorrt-llm"
     assert check.model_and_quantization(by_id["q3-8b-fp8-tp1-in1"]) == ("Qwen/Qwen3-8B", "fp8")
+    # Red Hat's FP8 checkpoint of Meta's model, measured on vLLM's main of June 2025 (V1).
+    v1 = by_id["pr20155-llama31-70b-fp8-tp4-h100-in8192"]
+    assert check.model_and_quantization(v1) == ("meta-llama/Meta-Llama-3.1-70B-Instruct", "fp8")
+    assert (check.vllm_release(v1), check.serving_engine(v1)) == ("0.9.1", "vllm")
+    # vLLM before 0.6 processed each step's outputs while the GPU waited (RFC #6913).
+    assert check.serving_engine(by_id["dbrx-tp8-h100-bs64"]) == "vllm-v0-sync"
 
 
 def test_vllm_before_0_4_3_decodes_through_paged_attention() -> None:
