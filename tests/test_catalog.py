@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -331,8 +332,7 @@ def test_a_qwen2_moe_config_with_a_shared_expert_reads_as_the_preset(tmp_path: P
 
 def test_a_shared_expert_costs_as_a_dense_mlp_in_the_roofline() -> None:
     with_shared, _ = engine_for("qwen2-57b-a14b", "a100-80gb", 2)
-    spec = MODELS["qwen2-57b-a14b"]
-    without = spec.__class__(**_fields(spec, 0))
+    without = replace(MODELS["qwen2-57b-a14b"], shared_expert_intermediate_size=0)
     alone, _ = engine_for(without, "a100-80gb", 2)
     shared = 3 * 3584 * 20480 // 2  # one GPU's half
     flops = 312e12 * 0.675
@@ -353,12 +353,6 @@ def test_a_shared_expert_costs_as_a_dense_mlp_in_the_roofline() -> None:
         alone.expert_read_s,
         alone.expert_fixed_s,
     )
-
-
-def _fields(spec: Any, shared: int) -> dict[str, Any]:
-    """``spec``'s constructor arguments with another shared expert size."""
-    out = {k: v for k, v in spec.to_dict().items() if k not in ("num_params", "active_params")}
-    return out | {"shared_expert_intermediate_size": shared}
 
 
 DBRX = {
@@ -411,8 +405,17 @@ def test_a_dbrx_config_reads_as_the_preset(tmp_path: Path) -> None:
         ({"d_model": "6144"}, "key 'd_model': expected a positive whole number, got '6144'"),
         (
             {"ffn_config": DBRX["ffn_config"] | {"moe_top_k": 17}},
-            "key 'num_experts_per_tok': 17 is above num_local_experts (16)",
+            "key 'ffn_config.moe_top_k': 17 is above ffn_config.moe_num_experts (16)",
         ),
+        (
+            {"attn_config": DBRX["attn_config"] | {"kv_n_heads": 7}},
+            "key 'attn_config.kv_n_heads': 7 does not divide n_heads (48)",
+        ),
+        (
+            {"attn_config": DBRX["attn_config"] | {"kv_n_heads": 96}},
+            "key 'attn_config.kv_n_heads': 96 does not divide n_heads (48)",
+        ),
+        ({"n_heads": 40}, "key 'n_heads': 40 does not divide d_model (6144)"),
     ],
 )
 def test_a_bad_dbrx_config_names_its_own_key(

@@ -61,10 +61,12 @@ in a nested object (``model_type`` ``"dbrx"``)."""
 
 
 def _flatten_dbrx(path: str, table: dict[str, Any]) -> dict[str, Any]:
-    """A DBRX config as the flat keys the other models use, each count read (and any error
-    named) at DBRX's own key, such as ``ffn_config.moe_top_k``. DBRX's MLP is gated (its
-    experts' ``w1``, ``v1`` and ``w2``), as the roofline assumes."""
+    """A DBRX config as the flat keys the other models use, each count read and checked
+    against the others (any error named) at DBRX's own key, such as
+    ``ffn_config.moe_top_k``. DBRX's MLP is gated (its experts' ``w1``, ``v1`` and ``w2``), as
+    the roofline assumes."""
     flat = dict(table)
+    counts = {}
     for key, (outer, inner) in _DBRX_KEYS.items():
         nested = table.get(outer) if outer else table
         if not isinstance(nested, dict):
@@ -72,9 +74,31 @@ def _flatten_dbrx(path: str, table: dict[str, Any]) -> dict[str, Any]:
                 f"{path}: key {outer!r}: expected an object (DBRX's {inner} is in it), got"
                 f" {_kind(nested)}"
             )
-        _count(path, nested, inner, label=f"{outer}.{inner}" if outer else inner)
-        flat[key] = nested[inner]  # the value as read, for the checks across keys
+        counts[key] = _count(path, nested, inner, label=f"{outer}.{inner}" if outer else inner)
+        flat[key] = nested[inner]  # the value as read, for the flat keys' reading
+    _check_dbrx(path, counts)
     return flat
+
+
+def _check_dbrx(path: str, counts: dict[str, int]) -> None:
+    """The checks across keys that the flat reading makes, in DBRX's names: the K/V heads
+    divide the heads, the heads ``d_model`` (DBRX has no ``head_dim``), the experts a
+    token takes are at most the experts."""
+    heads, kv = counts["num_attention_heads"], counts["num_key_value_heads"]
+    if heads % kv:
+        raise ModelConfigError(
+            f"{path}: key 'attn_config.kv_n_heads': {kv} does not divide n_heads ({heads})"
+        )
+    if counts["hidden_size"] % heads:
+        raise ModelConfigError(
+            f"{path}: key 'n_heads': {heads} does not divide d_model ({counts['hidden_size']})"
+        )
+    top_k, experts = counts["num_experts_per_tok"], counts["num_local_experts"]
+    if top_k > experts:
+        raise ModelConfigError(
+            f"{path}: key 'ffn_config.moe_top_k': {top_k} is above ffn_config.moe_num_experts"
+            f" ({experts})"
+        )
 
 
 def _heads(path: str, table: dict[str, Any], hidden: int, heads: int) -> tuple[int, int]:
