@@ -413,9 +413,13 @@ def test_a_dbrx_config_reads_as_the_preset(tmp_path: Path) -> None:
         ),
         (
             {"attn_config": DBRX["attn_config"] | {"kv_n_heads": 96}},
-            "key 'attn_config.kv_n_heads': 96 does not divide n_heads (48)",
+            "key 'attn_config.kv_n_heads': 96 is above n_heads (48)",
         ),
-        ({"n_heads": 40}, "key 'n_heads': 40 does not divide d_model (6144)"),
+        (
+            {"n_heads": 40},
+            "key 'n_heads': 40 does not divide d_model (6144), and there is no head_dim to give"
+            " the head size",
+        ),
     ],
 )
 def test_a_bad_dbrx_config_names_its_own_key(

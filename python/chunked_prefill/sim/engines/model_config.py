@@ -59,14 +59,15 @@ _DBRX_KEYS = {
 """The flat key of each count a DBRX ``config.json`` gives under MPT's name, at the top or
 in a nested object (``model_type`` ``"dbrx"``)."""
 
+_DBRX_NAMES = {key: ".".join(filter(None, path)) for key, path in _DBRX_KEYS.items()}
+"""Each flat key's name in a DBRX config (``ffn_config.moe_top_k``), for errors."""
+
 
 def _flatten_dbrx(path: str, table: dict[str, Any]) -> dict[str, Any]:
-    """A DBRX config as the flat keys the other models use, each count read and checked
-    against the others (any error named) at DBRX's own key, such as
-    ``ffn_config.moe_top_k``. DBRX's MLP is gated (its experts' ``w1``, ``v1`` and ``w2``), as
-    the roofline assumes."""
+    """A DBRX config as the flat keys the other models use, each count read (and any error
+    named) at DBRX's own key; the checks across keys name them with :data:`_DBRX_NAMES`.
+    DBRX's MLP is gated (its experts' ``w1``, ``v1`` and ``w2``), as the roofline assumes."""
     flat = dict(table)
-    counts = {}
     for key, (outer, inner) in _DBRX_KEYS.items():
         nested = table.get(outer) if outer else table
         if not isinstance(nested, dict):
@@ -74,49 +75,31 @@ def _flatten_dbrx(path: str, table: dict[str, Any]) -> dict[str, Any]:
                 f"{path}: key {outer!r}: expected an object (DBRX's {inner} is in it), got"
                 f" {_kind(nested)}"
             )
-        counts[key] = _count(path, nested, inner, label=f"{outer}.{inner}" if outer else inner)
+        _count(path, nested, inner, label=_DBRX_NAMES[key])
         flat[key] = nested[inner]  # the value as read, for the flat keys' reading
-    _check_dbrx(path, counts)
     return flat
 
 
-def _check_dbrx(path: str, counts: dict[str, int]) -> None:
-    """The checks across keys that the flat reading makes, in DBRX's names: the K/V heads
-    divide the heads, the heads ``d_model`` (DBRX has no ``head_dim``), the experts a
-    token takes are at most the experts."""
-    heads, kv = counts["num_attention_heads"], counts["num_key_value_heads"]
-    if heads % kv:
-        raise ModelConfigError(
-            f"{path}: key 'attn_config.kv_n_heads': {kv} does not divide n_heads ({heads})"
-        )
-    if counts["hidden_size"] % heads:
-        raise ModelConfigError(
-            f"{path}: key 'n_heads': {heads} does not divide d_model ({counts['hidden_size']})"
-        )
-    top_k, experts = counts["num_experts_per_tok"], counts["num_local_experts"]
-    if top_k > experts:
-        raise ModelConfigError(
-            f"{path}: key 'ffn_config.moe_top_k': {top_k} is above ffn_config.moe_num_experts"
-            f" ({experts})"
-        )
-
-
-def _heads(path: str, table: dict[str, Any], hidden: int, heads: int) -> tuple[int, int]:
+def _heads(
+    path: str, table: dict[str, Any], hidden: int, heads: int, names: dict[str, str]
+) -> tuple[int, int]:
     """The K/V heads and the head size, checked against the attention heads: the K/V heads
     divide them (grouped-query attention), and without ``head_dim`` the heads divide
-    ``hidden_size`` (``head_dim`` is then ``hidden_size / num_attention_heads``)."""
+    ``hidden_size`` (``head_dim`` is then ``hidden_size / num_attention_heads``). Errors
+    name a key as ``names`` does (DBRX's), else as itself."""
+    kv_key, heads_key, hidden_key = (
+        names.get(key, key) for key in ("num_key_value_heads", "num_attention_heads", "hidden_size")
+    )
     kv = _count(path, table, "num_key_value_heads", heads)
     if kv > heads:
-        raise ModelConfigError(
-            f"{path}: key 'num_key_value_heads': {kv} is above num_attention_heads ({heads})"
-        )
+        raise ModelConfigError(f"{path}: key {kv_key!r}: {kv} is above {heads_key} ({heads})")
     if heads % kv:
         raise ModelConfigError(
-            f"{path}: key 'num_key_value_heads': {kv} does not divide num_attention_heads ({heads})"
+            f"{path}: key {kv_key!r}: {kv} does not divide {heads_key} ({heads})"
         )
     if table.get("head_dim") is None and hidden % heads:
         raise ModelConfigError(
-            f"{path}: key 'num_attention_heads': {heads} does not divide hidden_size ({hidden}),"
+            f"{path}: key {heads_key!r}: {heads} does not divide {hidden_key} ({hidden}),"
             " and there is no head_dim to give the head size"
         )
     return kv, _count(path, table, "head_dim", hidden // heads)
@@ -156,11 +139,12 @@ def _refuse_moe_layouts(path: str, table: dict[str, Any]) -> None:
         )
 
 
-def _experts(path: str, table: dict[str, Any]) -> tuple[int, int, int, int]:
+def _experts(path: str, table: dict[str, Any], names: dict[str, str]) -> tuple[int, int, int, int]:
     """``(experts, num_experts_per_tok, expert_intermediate_size,
     shared_expert_intermediate_size)``, all 0 for a dense model. Experts: Mixtral's
     ``num_local_experts`` or Qwen-MoE's ``num_experts`` (with its ``moe_intermediate_size``,
-    the MLP size of one expert, and Qwen2-MoE's shared expert, 0 or absent for none)."""
+    the MLP size of one expert, and Qwen2-MoE's shared expert, 0 or absent for none). Errors
+    across keys name them as ``names`` does, else as themselves."""
     _refuse_moe_layouts(path, table)
     keys = [key for key in ("num_local_experts", "num_experts") if _present(table, key)]
     if len(keys) == 2:
@@ -181,8 +165,9 @@ def _experts(path: str, table: dict[str, Any]) -> tuple[int, int, int, int]:
     experts = _count(path, table, key)
     per_tok = _count(path, table, "num_experts_per_tok")
     if per_tok > experts:
+        per_tok_key, experts_key = (names.get(k, k) for k in ("num_experts_per_tok", key))
         raise ModelConfigError(
-            f"{path}: key 'num_experts_per_tok': {per_tok} is above {key} ({experts})"
+            f"{path}: key {per_tok_key!r}: {per_tok} is above {experts_key} ({experts})"
         )
     # Qwen-MoE's experts have their own size; Mixtral's are intermediate_size.
     size = _count(path, table, "moe_intermediate_size", None if key == "num_experts" else 0)
@@ -286,8 +271,9 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
     """
     name = os.fspath(path)
     table = _read_json(name, ModelConfigError)
+    names: dict[str, str] = {}
     if table.get("model_type") == "dbrx":
-        table = _flatten_dbrx(name, table)
+        table, names = _flatten_dbrx(name, table), _DBRX_NAMES
     counts = {
         key: _count(name, table, key)
         for key in (
@@ -298,8 +284,8 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
             "vocab_size",
         )
     }
-    kv, head_dim = _heads(name, table, counts["hidden_size"], counts["num_attention_heads"])
-    experts, per_tok, expert_size, shared_size = _experts(name, table)
+    kv, head_dim = _heads(name, table, counts["hidden_size"], counts["num_attention_heads"], names)
+    experts, per_tok, expert_size, shared_size = _experts(name, table, names)
     tied = table.get("tie_word_embeddings", False)
     if not isinstance(tied, bool):
         raise ModelConfigError(
