@@ -32,10 +32,9 @@ from .engines.model_config import (
     model_name,
     resolve_model,
 )
+from .engines.model_presets import MODEL_ALIASES, MODELS
 from .engines.models import (
     KV_CACHE_DTYPES,
-    MODEL_ALIASES,
-    MODELS,
     QUANTIZATIONS,
     ModelSpec,
 )

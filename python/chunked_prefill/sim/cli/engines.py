@@ -12,7 +12,8 @@ from ..._args import UsageError, float_flag, int_flag, list_of, one_line
 from ..engines.errors import ModelConfigError
 from ..engines.gpus import GPU_ALIASES, GPUS, GpuSpec, resolve_gpu
 from ..engines.linear import DEFAULT_GPU_MEMORY_UTILIZATION, GIB
-from ..engines.models import MODEL_ALIASES, MODELS, ModelSpec
+from ..engines.model_presets import MODEL_ALIASES, MODELS
+from ..engines.models import ModelSpec
 from .flags.roofline import add_dtype_flags, dtype_args
 
 PROG = "chunked-prefill engines"

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 from .._check import path, show
 from .._json import Number, exact, whole
 from .errors import ModelConfigError
-from .models import _DTYPE_BYTES, _MODEL_KEYS, MODELS, ModelSpec
+from .model_presets import _MODEL_KEYS, MODELS
+from .models import _DTYPE_BYTES, ModelSpec
 from .names import _kind, _read_json
 
 if TYPE_CHECKING:
