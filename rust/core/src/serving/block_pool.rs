@@ -25,6 +25,7 @@ use hashlink::DefaultHashBuilder;
 
 use super::content_tree::{ContentTree, NodeId};
 use super::hash::BlockHash;
+use super::request::with_room;
 
 /// `Block::queued` of a block with no entry in `back`.
 const NOT_QUEUED: u64 = u64::MAX;
@@ -53,7 +54,7 @@ struct Block {
 }
 
 /// The pool of `num_blocks` blocks.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct BlockPool {
     num_blocks: usize,
     blocks: Vec<Block>,
@@ -77,6 +78,21 @@ pub(crate) struct BlockPool {
     by_hash: HashMap<BlockHash, usize, DefaultHashBuilder>,
     /// Every content known, with the blocks registered for them (see [`ContentTree`]).
     tree: ContentTree,
+}
+
+impl Clone for BlockPool {
+    /// A copy with the original's spare room in its records and `front`, which grow a step
+    /// at a time: a copy at exact capacity would copy all of them at its first step.
+    fn clone(&self) -> Self {
+        Self {
+            blocks: with_room(&self.blocks),
+            front: with_room(&self.front),
+            back: self.back.clone(),
+            by_hash: self.by_hash.clone(),
+            tree: self.tree.clone(),
+            ..*self
+        }
+    }
 }
 
 impl BlockPool {
@@ -188,6 +204,41 @@ impl BlockPool {
             }
         }
         Some(id)
+    }
+
+    /// Take `count` blocks from the head of the free queue for new owners, appending their
+    /// ids to `out` in the order as many calls of [`allocate`](Self::allocate) give them;
+    /// returns how many there were. A prefill chunk takes dozens of blocks at once, and most
+    /// come from `front` or the untouched ones, which have no registration to forget.
+    pub(crate) fn allocate_into(&mut self, count: usize, out: &mut Vec<usize>) -> usize {
+        let from_front = count.min(self.front.len());
+        let keep = self.front.len() - from_front;
+        for id in self.front.drain(keep..).rev() {
+            let block = &mut self.blocks[id];
+            debug_assert!(block.ref_count == 0 && block.registration == Registration::None);
+            block.ref_count = 1;
+            out.push(id);
+        }
+        // Untouched ones next, in id order (`try_reserve_fresh` made room for their records).
+        let from_fresh = (count - from_front).min(self.num_blocks - self.fresh);
+        let fresh = self.fresh..self.fresh + from_fresh;
+        self.blocks.extend(fresh.clone().map(|_| Block {
+            ref_count: 1,
+            registration: Registration::None,
+            queued: NOT_QUEUED,
+        }));
+        out.extend(fresh);
+        self.fresh += from_fresh;
+        // Then hashed blocks from `back`, one by one (a registration to forget each).
+        let mut taken = from_front + from_fresh;
+        while taken < count {
+            let Some(id) = self.allocate() else {
+                break;
+            };
+            out.push(id);
+            taken += 1;
+        }
+        taken
     }
 
     /// Share a cached block with one more owner, taking it out of the free queue if it was
@@ -449,14 +500,30 @@ mod tests {
             let held_ids: Vec<usize> = held.keys().copied().collect();
             match next(4) {
                 0 => {
-                    let untouched = pool.fresh;
-                    let Some(id) = pool.allocate() else { continue };
-                    let expected = front
-                        .pop()
-                        .or_else(|| (untouched < 64).then_some(untouched));
-                    let expected = expected.or_else(|| (!back.is_empty()).then(|| back.remove(0)));
-                    assert_eq!(Some(id), expected, "round {round}");
-                    *held.entry(id).or_default() += 1;
+                    // One block, or up to four at once (the same ids, in the same order).
+                    let count = next(5);
+                    let mut untouched = pool.fresh;
+                    let mut ids = Vec::new();
+                    if count == 0 {
+                        ids.extend(pool.allocate());
+                    } else {
+                        assert_eq!(pool.allocate_into(count, &mut ids), ids.len());
+                    }
+                    let mut expected = Vec::new();
+                    for _ in 0..count.max(1) {
+                        let id = front.pop().or_else(|| {
+                            (untouched < 64).then(|| {
+                                untouched += 1;
+                                untouched - 1
+                            })
+                        });
+                        let id = id.or_else(|| (!back.is_empty()).then(|| back.remove(0)));
+                        expected.extend(id);
+                    }
+                    assert_eq!(ids, expected, "round {round}");
+                    for id in ids {
+                        *held.entry(id).or_default() += 1;
+                    }
                 }
                 1 if !held_ids.is_empty() => {
                     let id = held_ids[next(held_ids.len() as u64)];

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::block_pool::BlockPool;
 use super::content_tree::NodeId;
-use super::counts::div_blocks;
+use super::counts::{blocks_for, div_blocks};
 use super::sampled::SampledTokens;
 
 /// A request's prompt as `add_request` takes it.
@@ -113,6 +113,15 @@ pub(crate) struct Request {
 /// The room a request's first known sampled token reserves for those that follow.
 const FIRST_GENERATED_ROOM: u64 = 128;
 
+/// The generated tokens a request's block table has room for from its first block on: a
+/// table is 8 bytes a block, so up to this many (its whole answer in a simulation, whose
+/// `max_new_tokens` is the answer's length) cost at most 2 KB at a block size of 16.
+const TABLE_ROOM_TOKENS: u64 = 4096;
+
+/// The most blocks a table reserves room for ahead of its need (8 KB): a longer prompt's
+/// table grows with its chunks.
+const TABLE_ROOM_BLOCKS: usize = 1024;
+
 /// A copy of `items` with the spare capacity of the original: a copied scheduler goes on
 /// growing these vectors, and a copy at exact capacity would reallocate every one of them
 /// in its first step.
@@ -168,6 +177,22 @@ impl Request {
             group: None,
             joins: 0,
             new_block: None,
+        }
+    }
+
+    /// Make room in its block table for `more` blocks. A table's first blocks reserve room
+    /// for its prompt and up to [`TABLE_ROOM_TOKENS`] of its answer at once (at most
+    /// [`TABLE_ROOM_BLOCKS`]), rather than growing by doubling from four: a reallocation
+    /// and a copy every few blocks of a young request.
+    #[inline]
+    pub(crate) fn reserve_table(&mut self, more: usize, block_size: usize) {
+        if self.table.capacity() == 0 {
+            let answer = self.max_new_tokens.min(TABLE_ROOM_TOKENS);
+            let tokens = self.prompt_len().saturating_add(answer);
+            let expected = blocks_for(u128::from(tokens), block_size).min(TABLE_ROOM_BLOCKS);
+            self.table.reserve_exact(expected.max(more));
+        } else {
+            self.table.reserve(more);
         }
     }
 

@@ -346,6 +346,7 @@ impl ServingScheduler {
         for &hit in hits.iter() {
             self.pool.take_hit(hit);
         }
+        request.reserve_table(hits.len(), block_size);
         request.table.extend_from_slice(hits);
         request.num_computed = cached;
         request.num_cached_tokens += cached;
@@ -455,14 +456,10 @@ impl ServingScheduler {
         };
         new_blocks.reserve(hits.len() + needed);
         new_blocks.extend_from_slice(hits);
-        request.table.reserve(needed);
-        for _ in 0..needed {
-            // `make_room` or the admission check made sure the blocks are free.
-            if let Some(block) = self.pool.allocate() {
-                request.table.push(block);
-                new_blocks.push(block);
-            }
-        }
+        request.reserve_table(needed, self.config.block_size);
+        // `make_room` or the admission check made sure the blocks are free.
+        self.pool.allocate_into(needed, &mut new_blocks);
+        request.table.extend_from_slice(&new_blocks[hits.len()..]);
         // Each block it got is one it no longer lacks.
         self.deficit = self.deficit.saturating_sub(new_blocks.len() - hits.len());
         let start = request.num_computed;
