@@ -58,18 +58,18 @@ class Percentiles:
             w = np.ones(v.size, dtype=np.int64) if weights is None else weights[order]
             mean_of = (v, w)
         elif weights is None:
-            # Equal values are equal bits here: any sort gives the stable sort's array. Each
-            # counted once, the q-th percentile is at index ceil(q n / 100) - 1 and the mean
-            # is the plain sum's (the same pairwise sum as of ``v * 1.0``), with no array of
-            # weights beside a million values.
-            v = np.sort(values)
-            n = int(v.size)
-            mean = float(np.sum(v) / n)
-
-            def at(q: int) -> float:
-                return float(v[-(-q * n // 100) - 1])
-
-            return cls(n, mean, at(50), at(90), at(99), float(v[-1]))
+            # Equal values are equal bits here, so each order statistic is one value however
+            # ties are placed. Each counted once, the q-th percentile is at index
+            # ceil(q n / 100) - 1: a partition at the four indices finds them in linear time
+            # (a sort was a twentieth of a 100 000-request simulation), and the mean is the
+            # plain pairwise sum of the values as given, with no array of weights beside a
+            # million values.
+            n = int(values.size)
+            at = {q: -(-q * n // 100) - 1 for q in (50, 90, 99)}
+            v = np.partition(values, sorted({*at.values(), n - 1}))
+            mean = float(np.sum(values) / n)
+            p50, p90, p99 = (float(v[at[q]]) for q in (50, 90, 99))
+            return cls(n, mean, p50, p90, p99, float(v[-1]))
         elif strictly_increasing(values):
             # Sorted runs of distinct values (a serving run's gaps): nothing to sort.
             v, w = values, weights
