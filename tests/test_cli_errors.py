@@ -454,3 +454,29 @@ def test_flag_parsers_are_reusable() -> None:
     ]:
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(rule)):
             parse(text)
+
+
+@pytest.mark.parametrize("command", ["simulate", "search", "plan", "fit", "engines"])
+def test_a_subcommands_parser_alone_parses_as_the_whole_parser(command: str) -> None:
+    """``main`` builds only the named subcommand's parser: it has that subcommand alone,
+    with the same options, defaults and help as in the whole parser."""
+    alone = build_parser(command)
+    whole = build_parser()
+    (only,) = alone._subparsers._group_actions  # type: ignore[union-attr]
+    (every,) = whole._subparsers._group_actions  # type: ignore[union-attr]
+    assert list(only.choices) == [command]
+    assert list(every.choices) == ["simulate", "search", "plan", "fit", "engines"]
+    assert only.choices[command].format_help() == every.choices[command].format_help()
+    argv = {"fit": [command, "x.csv"], "plan": [command, "5"]}.get(command, [command])
+    assert vars(alone.parse_args(argv)) == vars(whole.parse_args(argv))
+
+
+def test_a_subcommand_imports_no_other_subcommands_module() -> None:
+    code = (
+        "import sys; from chunked_prefill.cli import main; main(['plan', '5']);"
+        " print(sorted(m for m in sys.modules if m.startswith('chunked_prefill.sim.cli.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.splitlines()[-1] == "[]"

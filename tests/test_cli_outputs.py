@@ -318,7 +318,7 @@ def test_ctrl_c_is_one_line_and_130(
     parser = top_cli.build_parser()
     sub = parser._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
     sub.set_defaults(func=interrupt)
-    monkeypatch.setattr(top_cli, "build_parser", lambda: parser)
+    monkeypatch.setattr(top_cli, "build_parser", lambda command=None: parser)
     argv = {"fit": ["fit", "x.csv"], "engines": ["engines"], "plan": ["plan", "5"]}[command]
     handler = signal.getsignal(signal.SIGINT)
     assert main(argv) == 130
