@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
@@ -83,7 +82,7 @@ def _temporary(folder: str, name: str) -> tuple[int, str]:
     permissions a new file gets (0o666 less the umask); a name already taken (a file left
     by a killed run) is drawn again."""
     for _ in range(100):
-        temp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
+        temp = os.path.join(folder, f".{name}.{os.urandom(4).hex()}.tmp")
         try:
             return os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), temp
         except FileExistsError:
