@@ -162,7 +162,7 @@ impl Group {
             return;
         }
         let (clock, period) = (self.clock, block_size as u64);
-        let at = (clock % buckets as u64) as usize;
+        let at = bucket_of(clock, buckets);
         let mut bucket = std::mem::take(&mut self.wheel[at]);
         let moved = &mut self.moved;
         bucket.retain_mut(|fill| {
@@ -173,7 +173,8 @@ impl Group {
             }
             out.push((fill.rank, fill.slot));
             fill.due = fill.due.saturating_add(period); // a block this large never fills again
-            let stays = (fill.due % buckets as u64) as usize == at;
+                                                        // A bucket per tick of a block (the usual case): its next fill is in this bucket.
+            let stays = period == buckets as u64 || bucket_of(fill.due, buckets) == at;
             if !stays {
                 moved.push(*fill);
             }
@@ -195,9 +196,20 @@ impl Group {
     }
 
     fn insert_fill(&mut self, fill: Fill) {
-        let buckets = self.wheel.len() as u64;
-        let bucket = &mut self.wheel[(fill.due % buckets) as usize];
+        let at = bucket_of(fill.due, self.wheel.len());
+        let bucket = &mut self.wheel[at];
         let at = bucket.partition_point(|other| other.rank < fill.rank);
         bucket.insert(at, fill);
+    }
+}
+
+/// The bucket of tick `tick` in a wheel of `buckets`: a mask for the usual power of two,
+/// whose remainder is a 64-bit division (tens of cycles) once per fill otherwise.
+fn bucket_of(tick: u64, buckets: usize) -> usize {
+    let buckets = buckets as u64;
+    if buckets & (buckets - 1) == 0 {
+        (tick & (buckets - 1)) as usize
+    } else {
+        (tick % buckets) as usize
     }
 }

@@ -84,13 +84,14 @@ impl Outcome {
         if used > self.kv_peak_blocks {
             self.kv_peak_blocks = used;
         }
-        if self.steps % self.kv_stride == 0 {
+        // The stride is a power of two: a mask, not a division per step.
+        if self.steps & (self.kv_stride - 1) == 0 {
             if self.kv_series_t.len() == KV_SERIES_CAP {
                 halve(&mut self.kv_series_t);
                 halve(&mut self.kv_series_blocks);
                 self.kv_stride *= 2;
             }
-            if self.steps % self.kv_stride == 0 {
+            if self.steps & (self.kv_stride - 1) == 0 {
                 self.kv_series_t.push(end);
                 self.kv_series_blocks.push(fleet_used);
             }
