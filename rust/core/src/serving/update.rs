@@ -124,9 +124,9 @@ impl ServingScheduler {
                 continue; // aborted since
             };
             self.deficit += advance(request, item, token, block_size);
-            // Known before hashing, which does not change it: one look-up of the request.
+            // Known before hashing, which does not change them: one look-up of the request.
             let reached = request.num_generated() >= request.max_new_tokens;
-            if self.config.prefix_caching {
+            if self.config.prefix_caching && request.has_known_tokens() {
                 self.register_blocks(slot, item.start, item.tokens);
             }
             self.finish_item(item.request_id, reached);
