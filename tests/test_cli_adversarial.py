@@ -283,6 +283,32 @@ def test_check_fits_is_exact_past_int64() -> None:
         check_fits(wl, {"block_size": 2**61, "num_blocks": 3, "watermark": 0.0})
 
 
+@given(
+    st.lists(st.tuples(st.integers(1, 300), st.integers(1, 300)), min_size=1, max_size=8),
+    st.integers(1, 64),
+    st.integers(1, 40),
+)
+def test_check_fits_names_the_first_request_that_never_fits(
+    requests: list[tuple[int, int]], block_size: int, num_blocks: int
+) -> None:
+    # The longest prompt and the longest output may be different requests' (the bound
+    # check_fits tries first): then only the exact sum tells.
+    wl = Workload(
+        tuple(float(i) for i in range(len(requests))),
+        tuple(p for p, _ in requests),
+        tuple(o for _, o in requests),
+    )
+    config = {"block_size": block_size, "num_blocks": num_blocks, "watermark": 0.0}
+    needed = [-(-(p + o - 1) // block_size) for p, o in requests]
+    offenders = [i for i, n in enumerate(needed) if n > num_blocks]
+    if not offenders:
+        check_fits(wl, config)
+        return
+    i = offenders[0]
+    with pytest.raises(SimLoopError, match=rf"^request {i} \(prompt {requests[i][0]} tokens"):
+        check_fits(wl, config)
+
+
 @pytest.mark.parametrize("rate", ["inf", "1e301"])
 def test_search_starts_at_a_finite_rate(
     capsys: pytest.CaptureFixture[str], no_simulation: None, rate: str
