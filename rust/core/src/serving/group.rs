@@ -172,8 +172,9 @@ impl Group {
                 return live; // stale, or due at a later turn of the wheel
             }
             out.push((fill.rank, fill.slot));
-            fill.due = fill.due.saturating_add(period); // a block this large never fills again
-                                                        // A bucket per tick of a block (the usual case): its next fill is in this bucket.
+            // Saturating: a block this large never fills again.
+            fill.due = fill.due.saturating_add(period);
+            // With a bucket per tick of a block (the usual case) its next fill is in this one.
             let stays = period == buckets as u64 || bucket_of(fill.due, buckets) == at;
             if !stays {
                 moved.push(*fill);
