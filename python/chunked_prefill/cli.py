@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from importlib import import_module
 from types import ModuleType
 from typing import IO, Any
 
@@ -232,39 +233,16 @@ def _version() -> str:
     return f"chunked-prefill {__version__} ({BACKEND} backend)"
 
 
-def _add_simulate(subparsers: Any) -> None:
-    from .sim.cli import simulate
-
-    simulate.add_parser(subparsers)
-
-
-def _add_search(subparsers: Any) -> None:
-    from .sim.cli import search
-
-    search.add_parser(subparsers)
+# The subcommands in the order ``--help`` lists them; all but ``plan`` have their module in
+# ``sim/cli``, imported only when its parser is added.
+_SUBCOMMANDS = ("simulate", "search", "plan", "fit", "engines")
 
 
-def _add_fit(subparsers: Any) -> None:
-    from .sim.cli import fit
-
-    fit.add_parser(subparsers)
-
-
-def _add_engines(subparsers: Any) -> None:
-    from .sim.cli import engines
-
-    engines.add_parser(subparsers)
-
-
-# The subcommands in the order ``--help`` lists them, each with the function that adds its
-# parser (and imports its module).
-_SUBCOMMANDS: dict[str, Callable[[Any], None]] = {
-    "simulate": _add_simulate,
-    "search": _add_search,
-    "plan": _add_plan_parser,
-    "fit": _add_fit,
-    "engines": _add_engines,
-}
+def _add_subcommand(name: str, subparsers: Any) -> None:
+    if name == "plan":
+        _add_plan_parser(subparsers)
+    else:
+        import_module(f"{__package__}.sim.cli.{name}").add_parser(subparsers)
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -281,9 +259,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(
         dest="command", metavar="COMMAND", required=True, parser_class=SubcommandParser
     )
-    for name, add in _SUBCOMMANDS.items():
+    for name in _SUBCOMMANDS:
         if command in (None, name):
-            add(subparsers)
+            _add_subcommand(name, subparsers)
     return parser
 
 
