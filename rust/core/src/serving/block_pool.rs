@@ -481,6 +481,24 @@ mod tests {
         assert_eq!(pool.check(&owners), Ok(()));
     }
 
+    /// The head of the plain model's free queue, taken: `front` (head last), then the
+    /// untouched ids from `untouched` up to `total`, then `back` (head first).
+    fn model_take(
+        front: &mut Vec<usize>,
+        untouched: &mut usize,
+        total: usize,
+        back: &mut Vec<usize>,
+    ) -> Option<usize> {
+        if let Some(id) = front.pop() {
+            return Some(id);
+        }
+        if *untouched < total {
+            *untouched += 1;
+            return Some(*untouched - 1);
+        }
+        (!back.is_empty()).then(|| back.remove(0))
+    }
+
     /// Random allocations, registrations, releases and cache hits against a plain model of
     /// the queue (a stack, the untouched ids, a vector for the hashed blocks): the same order
     /// after every operation, and `back`'s stale entries swept as they accumulate.
@@ -509,17 +527,9 @@ mod tests {
                     } else {
                         assert_eq!(pool.allocate_into(count, &mut ids), ids.len());
                     }
-                    let mut expected = Vec::new();
-                    for _ in 0..count.max(1) {
-                        let id = front.pop().or_else(|| {
-                            (untouched < 64).then(|| {
-                                untouched += 1;
-                                untouched - 1
-                            })
-                        });
-                        let id = id.or_else(|| (!back.is_empty()).then(|| back.remove(0)));
-                        expected.extend(id);
-                    }
+                    let expected: Vec<usize> = (0..count.max(1))
+                        .filter_map(|_| model_take(&mut front, &mut untouched, 64, &mut back))
+                        .collect();
                     assert_eq!(ids, expected, "round {round}");
                     for id in ids {
                         *held.entry(id).or_default() += 1;
