@@ -23,11 +23,21 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::counts::tokens_in;
+use super::id_log::{IdLog, TokenSource};
 use super::lane::Lane;
 use super::request::Request;
 use super::sampled::SampledTokens;
 use super::scheduler::{Entry, Rank};
 use super::slab::Slab;
+
+/// What a member leaving the group keeps of the tokens of the ticks it lagged.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Keep<'a> {
+    /// Its counts alone (it is forgotten: its tokens go with it).
+    Counts,
+    /// Its tokens too, from the scheduler's sampled tokens if any, else from the id log.
+    Tokens(Option<&'a SampledTokens>),
+}
 
 /// A member's finish, due at group tick `due`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -78,9 +88,19 @@ pub(super) struct Group {
     pub(super) granted: Vec<Rank>,
     /// The members in rank order, for a host's batch.
     pub(super) lane: Lane,
+    /// The ids a host's `update` gave the members, until each takes its own.
+    pub(super) log: IdLog,
 }
 
 impl Group {
+    /// An empty group whose members fill a block every `block_size` ticks.
+    pub(super) fn new(block_size: usize) -> Self {
+        Self {
+            log: IdLog::new(block_size),
+            ..Self::default()
+        }
+    }
+
     /// Make the running `request` in `slot` (one token left) a member.
     pub(super) fn join(&mut self, request: &mut Request, slot: usize, block_size: usize) {
         request.join_group(self.clock);
@@ -109,14 +129,13 @@ impl Group {
     }
 
     /// Take the member `request`, in `slot`, out of the group, its counts brought up to
-    /// date (its events stay behind, stale).
-    pub(super) fn leave(
-        &mut self,
-        request: &mut Request,
-        slot: usize,
-        sampled: Option<&SampledTokens>,
-    ) {
-        request.leave_group(self.clock, sampled);
+    /// date (its events stay behind, stale), and its tokens too unless `keep` is `Counts`.
+    pub(super) fn leave(&mut self, request: &mut Request, slot: usize, keep: Keep<'_>) {
+        let source = match keep {
+            Keep::Counts => TokenSource::Unknown,
+            Keep::Tokens(sampled) => self.log.source(sampled, slot),
+        };
+        request.leave_group(self.clock, source);
         self.lane.leave(slot);
         self.members -= 1;
         self.tokens -= request.num_tokens();

@@ -4,6 +4,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::batch::Batch;
 use super::counts::{blocks_for, shortfall};
+use super::id_log::TokenSource;
 use super::request::{Request, RequestState};
 use super::scheduler::{Entry, ServingScheduler};
 
@@ -28,7 +29,7 @@ impl ServingScheduler {
         let lean = pending.is_some_and(Batch::is_lean);
         let mut running = 0;
         for request in self.requests.values() {
-            let settled = request.settled(self.group.clock, None);
+            let settled = request.settled(self.group.clock, TokenSource::Unknown);
             // A lean batch's decodes are its group's members, one token each.
             let listed = planned.get(&request.id).copied();
             let tokens = listed.unwrap_or(usize::from(lean && request.in_group())) as u128;
@@ -49,7 +50,12 @@ impl ServingScheduler {
         }
         let deficit: usize = (self.requests.values())
             .filter(|request| request.state == RequestState::Running)
-            .map(|request| shortfall(&request.settled(self.group.clock, None), block_size))
+            .map(|request| {
+                shortfall(
+                    &request.settled(self.group.clock, TokenSource::Unknown),
+                    block_size,
+                )
+            })
             .sum();
         if deficit != self.deficit {
             return Err(format!(

@@ -7,8 +7,9 @@
 //! content hash chain, computed when a hash is asked for; the request record;
 //! the request slab; the tokens requests sample where known in advance (`sampled.rs`); the
 //! decode group (`group.rs`: the running requests that only decode, advanced by a clock and
-//! visited at their events) and its lane (`lane.rs`: its members in rank order, as a host's
-//! batch lists them); [`ServingScheduler`]'s state and request
+//! visited at their events), its lane (`lane.rs`: its members in rank order, as a host's
+//! batch lists them) and its id log (`id_log.rs`: the ids a host gives its members, kept by
+//! slot until each takes its own); [`ServingScheduler`]'s state and request
 //! lifecycle, its step rule (`step.rs`), its `update` (`update.rs`) and invariant checks;
 //! [`Batch`], the plan of one step.
 //!
@@ -31,6 +32,7 @@ mod content_tree;
 mod counts;
 mod group;
 mod hash;
+mod id_log;
 mod invariants;
 mod lane;
 mod prefix_query;

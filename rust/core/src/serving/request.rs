@@ -1,10 +1,12 @@
 //! The request record and its public view.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use super::block_pool::BlockPool;
 use super::content_tree::NodeId;
 use super::counts::{blocks_for, div_blocks};
+use super::id_log::{IdLog, TokenSource};
 use super::sampled::SampledTokens;
 
 /// A request's prompt as `add_request` takes it.
@@ -209,21 +211,49 @@ impl Request {
     }
 
     /// Bring its counts up to group clock `clock` (a member decodes one token per tick), and
-    /// with `sampled` the tokens of a prompt of ids too (else they stay unknown).
+    /// the tokens of those ticks from `source` (with a function of the position, only for a
+    /// prompt of ids: else they stay unknown).
     #[inline]
-    pub(crate) fn settle(&mut self, clock: u64, sampled: Option<&SampledTokens>) {
+    pub(crate) fn settle(&mut self, clock: u64, source: TokenSource<'_>) {
         let Some(base) = self.group else {
             return;
         };
         let ticks = clock - base;
         self.group = Some(clock);
         self.num_computed += u128::from(ticks);
-        match sampled.filter(|_| self.has_known_tokens()) {
-            Some(tokens) => self.take_sampled(ticks, tokens),
-            None => {
+        match source {
+            TokenSource::Sampled(tokens) if self.has_known_tokens() => {
+                self.take_sampled(ticks, tokens);
+            }
+            TokenSource::Log(log, slot) if ticks > 0 => self.take_logged(base..clock, log, slot),
+            _ => {
                 self.num_tokens += u128::from(ticks);
                 self.num_generated += ticks as usize;
             }
+        }
+    }
+
+    /// Count the sampled tokens of `ticks` and store those `log` kept under `slot`, as
+    /// `update` would have stored them. Out of line, as `take_sampled`.
+    #[inline(never)]
+    fn take_logged(&mut self, ticks: Range<u64>, log: &IdLog, slot: usize) {
+        let stored = self.generated.len() == self.num_generated;
+        if stored && self.known_generated == self.num_generated && log.kept(slot, ticks.clone()) {
+            // The usual case, every earlier token stored and every tick kept: appended at
+            // once, from at most two runs of the slot's row.
+            let count = (ticks.end - ticks.start) as usize;
+            self.generated.reserve(count);
+            let (first, second) = log.runs(slot, ticks);
+            let known = |&id: &u32| Some(id);
+            self.generated.extend(first.iter().map(known));
+            self.generated.extend(second.iter().map(known));
+            self.known_generated += count;
+            self.num_generated += count;
+            self.num_tokens += count as u128;
+            return;
+        }
+        for tick in ticks {
+            self.push_token(log.get(slot, tick));
         }
     }
 
@@ -253,8 +283,8 @@ impl Request {
     }
 
     /// Settle it at `clock` and leave the decode group.
-    pub(crate) fn leave_group(&mut self, clock: u64, sampled: Option<&SampledTokens>) {
-        self.settle(clock, sampled);
+    pub(crate) fn leave_group(&mut self, clock: u64, source: TokenSource<'_>) {
+        self.settle(clock, source);
         self.group = None;
     }
 
@@ -277,9 +307,9 @@ impl Request {
     }
 
     /// A copy brought up to group clock `clock` (for the read-only exports and checks).
-    pub(crate) fn settled(&self, clock: u64, sampled: Option<&SampledTokens>) -> Self {
+    pub(crate) fn settled(&self, clock: u64, source: TokenSource<'_>) -> Self {
         let mut copy = self.clone();
-        copy.settle(clock, sampled);
+        copy.settle(clock, source);
         copy
     }
 
@@ -379,7 +409,11 @@ impl Request {
         ids: &mut Vec<u32>,
     ) -> usize {
         let limit = blocks.min(self.hashable_blocks(block_size));
-        self.nodes.reserve(limit.saturating_sub(self.nodes.len()));
+        if limit > self.nodes.capacity() {
+            // As many as its table has room for: a decode's chain grows a node a block.
+            let room = limit.max(self.table.capacity());
+            self.nodes.reserve_exact(room - self.nodes.len());
+        }
         while self.nodes.len() < limit {
             let i = self.nodes.len();
             let parent = i.checked_sub(1).map(|before| self.nodes[before]);

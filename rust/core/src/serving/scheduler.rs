@@ -13,7 +13,7 @@ use super::batch::{Batch, BatchItem};
 use super::block_pool::BlockPool;
 use super::config::ServingConfig;
 use super::counts::shortfall;
-use super::group::Group;
+use super::group::{Group, Keep};
 use super::request::{Prompt, PromptIds, Request, RequestState, RequestView};
 use super::sampled::SampledTokens;
 use super::slab::Slab;
@@ -99,6 +99,7 @@ impl ServingScheduler {
     /// The first rule `config` breaks (see [`ServingConfig::validate`]).
     pub fn new(config: ServingConfig) -> Result<Self, CoreError> {
         config.validate()?;
+        let group = Group::new(config.block_size);
         Ok(Self {
             watermark_blocks: config.watermark_blocks(),
             pool: BlockPool::new(config.num_blocks, config.block_size),
@@ -106,7 +107,7 @@ impl ServingScheduler {
             requests: Slab::default(),
             running: Vec::new(),
             prefilling: Vec::new(),
-            group: Group::default(),
+            group,
             fills: Vec::new(),
             tail_items: Vec::new(),
             tail_slots: Vec::new(),
@@ -303,7 +304,7 @@ impl ServingScheduler {
                     self.running.remove(at);
                 }
                 if request.in_group() {
-                    self.group.leave(&mut request, slot, None); // its tokens go with it
+                    self.group.leave(&mut request, slot, Keep::Counts); // its tokens go with it
                 } else if let Ok(at) = self.prefilling.binary_search(&entry) {
                     self.prefilling.remove(at);
                 }

@@ -186,7 +186,12 @@ impl ServingScheduler {
         requests.sort_unstable_by_key(|request| request.seq);
         let clock = self.group.clock;
         let record = |(at, request): (usize, &Request)| match request.in_group() {
-            true => request.settled(clock, self.sampled.as_ref()).record(at),
+            true => {
+                // A member's slot, for the ids the log keeps for it.
+                let slot = self.requests.slot_of(request.id).unwrap_or(usize::MAX);
+                let source = self.group.log.source(self.sampled.as_ref(), slot);
+                request.settled(clock, source).record(at)
+            }
             false => request.record(at),
         };
         let requests = (requests.into_iter().enumerate())

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::batch::{Batch, BatchItem};
 use super::block_pool::BlockPool;
 use super::counts::{blocks_for, chunk, full_blocks, shortfall, tokens_in};
+use super::group::Keep;
 use super::request::{Request, RequestState};
 use super::scheduler::ServingScheduler;
 use crate::CoreError;
@@ -405,7 +406,8 @@ impl ServingScheduler {
         };
         request.new_block = None; // released below with its table
         if request.in_group() {
-            self.group.leave(request, slot, self.sampled.as_ref());
+            self.group
+                .leave(request, slot, Keep::Tokens(self.sampled.as_ref()));
             if room.decodes_counted {
                 room.budget += 1; // its decode leaves the step
             }

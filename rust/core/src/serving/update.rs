@@ -99,11 +99,15 @@ impl ServingScheduler {
         };
         let slots = std::mem::take(&mut self.item_slots);
         self.finished_out.clear();
-        // The decodes, listed first: their tokens are stored, then the group's clock counts
-        // them all and their events (filled blocks, finishes) are applied in rank order.
+        // The decodes, listed first: their tokens are logged or stored, then the group's
+        // clock counts them all and their events (filled blocks, finishes) are applied in
+        // rank order.
         let decodes = batch.decode_items();
-        if !matches!(token_ids, TokenIds::None) {
-            self.store_decode_tokens(&batch.items[..decodes], &slots[..decodes], token_ids);
+        if !self.log_decode_tokens(&batch, &slots[..decodes], token_ids) {
+            self.group.log.skip(self.group.clock);
+            if !matches!(token_ids, TokenIds::None) {
+                self.store_decode_tokens(&batch.items[..decodes], &slots[..decodes], token_ids);
+            }
         }
         self.finish_named_members(finished);
         self.group.tick();
@@ -212,6 +216,24 @@ impl ServingScheduler {
         }
     }
 
+    /// Keep the ids of a full batch's decodes (in `slots`) in the id log, where the members
+    /// take them when next settled; `false` (nothing kept) unless `token_ids` gives every
+    /// one and the log is on. Ids alongside sampled tokens are stored as they come.
+    fn log_decode_tokens(
+        &mut self,
+        batch: &Batch,
+        slots: &[usize],
+        token_ids: TokenIds<'_>,
+    ) -> bool {
+        match token_ids {
+            TokenIds::Aligned(ids) if !batch.lean && self.sampled.is_none() => self
+                .group
+                .log
+                .write(self.group.clock, slots, &ids[..slots.len()]),
+            _ => false,
+        }
+    }
+
     /// Store the tokens `token_ids` gives the listed decode `items` (in `slots`), each at its
     /// request's next position: the group's tick then counts them.
     fn store_decode_tokens(
@@ -240,7 +262,7 @@ impl ServingScheduler {
     fn store_decode_token(&mut self, request_id: u64, slot: usize, token: u32) {
         let clock = self.group.clock;
         if let Some(request) = self.requests.live_mut(slot, request_id) {
-            request.settle(clock, self.sampled.as_ref());
+            request.settle(clock, self.group.log.source(self.sampled.as_ref(), slot));
             request.store_token(token);
         }
     }
@@ -292,7 +314,10 @@ impl ServingScheduler {
         let Some(request) = self.requests.at_mut(slot) else {
             return;
         };
-        request.settle(self.group.clock, self.sampled.as_ref());
+        request.settle(
+            self.group.clock,
+            self.group.log.source(self.sampled.as_ref(), slot),
+        );
         self.deficit += 1;
         self.group.needs_block.push((request.rank(), slot));
         let start = request.num_computed - 1;
