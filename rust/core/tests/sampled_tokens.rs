@@ -29,8 +29,8 @@ fn token(id: u64, position: u128) -> u32 {
 }
 
 /// [`token`] at positions `first..first + count`, appended to `out`.
-fn run(id: u64, first: u128, count: u64, out: &mut Vec<Option<u32>>) {
-    out.extend((0..count).map(|k| Some(token(id, first + u128::from(k)))));
+fn run(id: u64, first: u128, count: u64, out: &mut Vec<u32>) {
+    out.extend((0..count).map(|k| token(id, first + u128::from(k))));
 }
 
 fn prompt(id: u64, shared: bool, own: u32) -> Prompt {

@@ -80,10 +80,15 @@ pub(crate) struct Request {
     pub(crate) cache_salt: u64,
     pub(crate) max_new_tokens: u64,
     pub(crate) prompt: PromptIds,
-    /// Sampled tokens up to the last known one; `None` where the engine did not say which.
-    /// The `num_generated - generated.len()` tokens after them are all unknown: they are
-    /// only counted, so a run that never gives ids writes no vector per token.
-    generated: Vec<Option<u32>>,
+    /// Sampled tokens up to the last known one (0 at the [`holes`](Self::holes), where the
+    /// engine did not say which): plain ids, so a block of them is hashed from a slice and
+    /// a run of them stored by a copy. The `num_generated - generated.len()` tokens after
+    /// them are all unknown: they are only counted, so a run that never gives ids writes no
+    /// vector per token.
+    generated: Vec<u32>,
+    /// The positions of `generated` whose token is unknown, ascending (usually none: ids
+    /// are given for every sampled token, or for none).
+    holes: Vec<usize>,
     /// Tokens sampled so far.
     num_generated: usize,
     /// Prompt plus generated tokens, kept beside the two it sums: the step rule reads it
@@ -138,6 +143,7 @@ impl Clone for Request {
         Self {
             prompt: self.prompt.clone(),
             generated: with_room(&self.generated),
+            holes: self.holes.clone(),
             table: with_room(&self.table),
             nodes: with_room(&self.nodes),
             ..*self
@@ -166,6 +172,7 @@ impl Request {
             max_new_tokens,
             prompt,
             generated: Vec::new(),
+            holes: Vec::new(),
             num_generated: 0,
             num_tokens: prompt_len,
             known_generated: 0,
@@ -244,9 +251,8 @@ impl Request {
             let count = (ticks.end - ticks.start) as usize;
             self.generated.reserve(count);
             let (first, second) = log.runs(slot, ticks);
-            let known = |&id: &u32| Some(id);
-            self.generated.extend(first.iter().map(known));
-            self.generated.extend(second.iter().map(known));
+            self.generated.extend_from_slice(first);
+            self.generated.extend_from_slice(second);
             self.known_generated += count;
             self.num_generated += count;
             self.num_tokens += count as u128;
@@ -359,7 +365,7 @@ impl Request {
         if self.generated.len() == self.num_generated
             && self.generated.len() < self.generated.capacity()
         {
-            self.generated.push(Some(token));
+            self.generated.push(token);
             return;
         }
         self.store_token_slow(token);
@@ -374,8 +380,13 @@ impl Request {
             self.generated
                 .reserve_exact(expected.max(self.num_generated + 1));
         }
-        self.generated.resize(self.num_generated, None);
-        self.generated.push(Some(token));
+        let stored = self.generated.len();
+        if stored < self.num_generated {
+            // The tokens between the last stored and this one are unknown.
+            self.holes.extend(stored..self.num_generated);
+        }
+        self.generated.resize(self.num_generated, 0);
+        self.generated.push(token);
     }
 
     /// Whether any of its tokens are known (a prompt of ids): else no block of it is ever
@@ -438,13 +449,9 @@ impl Request {
         let generated = (start.checked_sub(prompt))
             .and_then(|from| self.generated.get(from..from.checked_add(block_size)?));
         match generated {
-            // All known, as the chain reaches no other block: copied in one pass of known
-            // length (flattening the options pushes them one by one, a third of a host's
-            // cost per filled block).
-            Some(tokens) if tokens.iter().all(Option::is_some) => {
-                ids.extend(tokens.iter().map(|token| token.unwrap_or_default()));
-            }
-            _ => ids.extend(self.known_tokens(start, block_size)),
+            // All known, as the chain reaches no other block: copied at once.
+            Some(tokens) => ids.extend_from_slice(tokens),
+            None => ids.extend(self.known_tokens(start, block_size)),
         }
     }
 
@@ -477,15 +484,18 @@ impl Request {
         }
     }
 
-    /// `len` known tokens from position `start`.
+    /// Up to `len` tokens from position `start` among those known from the start (a prompt
+    /// of ids and the generated tokens before the first unknown one).
     fn known_tokens(&self, start: usize, len: usize) -> impl Iterator<Item = u32> + '_ {
         let prompt = self.prompt_ids();
         let from_prompt = prompt.get(start..).unwrap_or(&[]);
-        let from_generated = (self.generated)
+        let known = &self.generated[..self.known_generated.min(self.generated.len())];
+        let from_generated = known
             .get(start.saturating_sub(prompt.len())..)
             .unwrap_or(&[]);
-        let generated = from_generated.iter().flatten().copied();
-        from_prompt.iter().copied().chain(generated).take(len)
+        (from_prompt.iter().chain(from_generated))
+            .copied()
+            .take(len)
     }
 
     /// Append prompt and generated tokens, `None` where unknown (for the state export).
@@ -494,7 +504,11 @@ impl Request {
             PromptIds::Known(ids) => out.extend(ids.iter().map(|&id| Some(id))),
             PromptIds::Unknown(len) => out.resize(*len as usize, None),
         }
-        out.extend_from_slice(&self.generated);
+        let first = out.len();
+        out.extend(self.generated.iter().map(|&id| Some(id)));
+        for &hole in &self.holes {
+            out[first + hole] = None;
+        }
         out.resize(
             out.len() + (self.num_generated - self.generated.len()),
             None,

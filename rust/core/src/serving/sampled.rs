@@ -16,7 +16,7 @@ type At = dyn Fn(u64, u128) -> u32 + Send + Sync;
 
 /// `run(request_id, first, count, out)`: appends the tokens of positions `first..first +
 /// count`, as `count` calls of [`At`] would give them.
-type Run = dyn Fn(u64, u128, u64, &mut Vec<Option<u32>>) + Send + Sync;
+type Run = dyn Fn(u64, u128, u64, &mut Vec<u32>) + Send + Sync;
 
 /// The tokens each request samples: one at a time, and optionally a run at once (a member
 /// of the decode group is given the tokens of every tick it lagged when it is settled, a
@@ -42,7 +42,7 @@ impl SampledTokens {
     /// `0..count`, in that order.
     pub fn with_runs(
         tokens: impl Fn(u64, u128) -> u32 + Send + Sync + 'static,
-        run: impl Fn(u64, u128, u64, &mut Vec<Option<u32>>) + Send + Sync + 'static,
+        run: impl Fn(u64, u128, u64, &mut Vec<u32>) + Send + Sync + 'static,
     ) -> Self {
         Self {
             at: Arc::new(tokens),
@@ -59,12 +59,10 @@ impl SampledTokens {
 
     /// Append the tokens request `request_id` samples at positions `first..first + count`
     /// to `out`.
-    pub fn extend(&self, request_id: u64, first: u128, count: u64, out: &mut Vec<Option<u32>>) {
+    pub fn extend(&self, request_id: u64, first: u128, count: u64, out: &mut Vec<u32>) {
         match &self.run {
             Some(run) => run(request_id, first, count, out),
-            None => {
-                out.extend((0..count).map(|k| Some(self.at(request_id, first + u128::from(k)))))
-            }
+            None => out.extend((0..count).map(|k| self.at(request_id, first + u128::from(k)))),
         }
     }
 }

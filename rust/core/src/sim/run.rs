@@ -192,7 +192,7 @@ fn scheduler_for(workload: &Workload, options: &SimOptions) -> Result<ServingSch
             let at = u64::try_from(at).unwrap_or(u64::MAX);
             plan.output_token(i as usize, at)
         };
-        let run = move |i: u64, first: u128, count: u64, out: &mut Vec<Option<u32>>| {
+        let run = move |i: u64, first: u128, count: u64, out: &mut Vec<u32>| {
             let first = u64::try_from(first).unwrap_or(u64::MAX);
             runs.extend_output(i as usize, first, count, out);
         };

@@ -125,17 +125,17 @@ impl TokenPlan {
     /// `first..first + count`, appended to `out` (a run per stream). A
     /// request's positions stay below 2**64 (prompt and output are each at most 2**63 - 1
     /// tokens), so the run is never cut short.
-    pub fn extend_output(&self, i: usize, first: u64, count: u64, out: &mut Vec<Option<u32>>) {
+    pub fn extend_output(&self, i: usize, first: u64, count: u64, out: &mut Vec<u32>) {
         let end = first.saturating_add(count);
         let mut pos = first;
         let group = self.group_of(i);
         if group != NO_GROUP && pos < self.prefix_tokens {
             let (group, to) = (stream(GROUP, group), self.prefix_tokens.min(end));
-            out.extend((pos..to).map(|p| Some(id_at(group, p))));
+            out.extend((pos..to).map(|p| id_at(group, p)));
             pos = to;
         }
         let session = stream(SESSION, self.session_of(i));
-        out.extend((pos..end).map(|p| Some(id_at(session, p))));
+        out.extend((pos..end).map(|p| id_at(session, p)));
     }
 
     /// The id of request `i`'s trace hash covering `pos`, if one does.
