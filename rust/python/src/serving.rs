@@ -40,11 +40,6 @@ struct Locked {
     last: Option<(Arc<Batch>, Arc<BatchIds>, u64)>,
 }
 
-/// Whether two batches name the same core ids, item by item and preempted.
-fn same_requests(a: &Batch, b: &Batch) -> bool {
-    a.preempted() == b.preempted() && a.request_ids().eq(b.request_ids())
-}
-
 /// What `update` gives back: the finished ids, and the ids released besides (dropped once
 /// the lock is released).
 struct Updated {
@@ -68,7 +63,7 @@ impl Locked {
         let batch = self.core.schedule_shared().map_err(core_err)?;
         let releases = self.ids.releases();
         let ids = match &self.last {
-            Some((last, ids, then)) if *then == releases && same_requests(last, &batch) => {
+            Some((last, ids, then)) if *then == releases && last.same_requests(&batch) => {
                 Arc::clone(ids)
             }
             _ => Arc::new(self.ids.batch_ids(&batch)?),

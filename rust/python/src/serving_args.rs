@@ -166,7 +166,7 @@ pub(crate) fn to_tokens(batch: &PyBatch, obj: Option<&Bound<'_, PyAny>>) -> PyRe
         return Ok(Tokens::None);
     };
     let py = obj.py();
-    let expected = batch.inner.sampling_ids().len();
+    let expected = batch.inner.num_sampling();
     if let Some(ids) = plain_ids(obj) {
         if ids.len() != expected {
             let got = ids.len();

@@ -295,7 +295,7 @@ impl PyBatch {
     pub(crate) fn share_sampling_ids(&self, py: Python<'_>, previous: &PyBatch) {
         if let Some(tuple) = previous.sampling_ids.get(py) {
             if Arc::ptr_eq(&self.ids, &previous.ids)
-                && self.inner.sampling_ids() == previous.inner.sampling_ids()
+                && self.inner.same_sampling_ids(&previous.inner)
             {
                 let _ = self.sampling_ids.set(py, tuple.clone_ref(py));
             }

@@ -1,4 +1,14 @@
 //! [`Batch`] and [`BatchItem`]: the plan of one step, which the engine runs and reports back.
+//!
+//! A batch the scheduler plans lists its decodes in compact form ([`Decodes`]): the decode
+//! group's members as its lane lists them, shared with the lane, and the blocks some of them
+//! were given. Its items are made from them when first read, so a step whose members did not
+//! change costs no work per decode unless a host reads the decode items themselves.
+
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, OnceLock};
+
+use super::lane::Listed;
 
 /// The work of one request in one step: compute positions `start..start + tokens`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
@@ -20,18 +30,78 @@ pub struct BatchItem {
     pub cached_tokens: u128,
 }
 
+/// The decode items of a full batch: the decode group's members in rank order as the lane
+/// listed them at group tick `clock`, and the blocks pass 1 gave some of them.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Decodes {
+    /// Shared with the lane until its members change.
+    members: Option<Arc<Vec<Listed>>>,
+    clock: u64,
+    /// `(index in members, block)`, ascending index.
+    blocks: Vec<(usize, usize)>,
+}
+
+impl Decodes {
+    /// The members, in rank order.
+    pub(super) fn members(&self) -> &[Listed] {
+        self.members.as_deref().map_or(&[], Vec::as_slice)
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.members().len()
+    }
+
+    /// Whether `other` lists the same members (the same list, shared).
+    fn same_members(&self, other: &Self) -> bool {
+        match (&self.members, &other.members) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        }
+    }
+
+    /// The items, in rank order: one token each, sampled, and their blocks.
+    fn items(&self) -> impl Iterator<Item = BatchItem> + '_ {
+        let mut blocks = self.blocks.iter().peekable();
+        (self.members().iter().enumerate()).map(move |(at, member)| {
+            let mut new_blocks = Vec::new();
+            while let Some(&(_, block)) = blocks.next_if(|&&(of, _)| of == at) {
+                new_blocks.push(block);
+            }
+            BatchItem {
+                request_id: member.id(),
+                start: member.start_at(self.clock),
+                tokens: 1,
+                is_prefill: false,
+                samples: true,
+                new_blocks,
+                cached_tokens: 0,
+            }
+        })
+    }
+}
+
 /// The plan of one step. `Eq`/`Hash` follow `(step_index, items, preempted,
 /// num_free_blocks)`, of which the other fields are functions.
 ///
 /// A *lean* batch ([`ServingScheduler::schedule_lean`](super::ServingScheduler::schedule_lean))
 /// lists its prefill items only: its decodes are counted (`num_decode_tokens`,
 /// `decode_context_tokens`) but not listed, and its `sampling_ids` are its prefill items'.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Default)]
 pub struct Batch {
     pub(crate) step_index: u128,
+    /// The items listed one by one: a planned batch's prefill items (its decodes are in
+    /// `decodes`), or every item of a batch built by hand.
     pub(crate) items: Vec<BatchItem>,
+    /// A full planned batch's decode items, in compact form.
+    pub(super) decodes: Decodes,
+    /// `decodes` then `items`, made when first read.
+    listed: OnceLock<Vec<BatchItem>>,
     pub(crate) preempted: Vec<u64>,
+    /// The ids of the sampling items of `items`.
     pub(crate) sampling_ids: Vec<u64>,
+    /// The decodes' ids then `sampling_ids`, made when first read.
+    all_sampling: OnceLock<Vec<u64>>,
     pub(crate) num_prefill_tokens: usize,
     pub(crate) num_decode_tokens: usize,
     pub(crate) num_free_blocks: usize,
@@ -39,6 +109,26 @@ pub struct Batch {
     pub(crate) decode_context_tokens: u128,
     /// Its decodes are counted, not listed.
     pub(crate) lean: bool,
+}
+
+impl PartialEq for Batch {
+    fn eq(&self, other: &Self) -> bool {
+        self.step_index == other.step_index
+            && self.num_free_blocks == other.num_free_blocks
+            && self.preempted == other.preempted
+            && self.items() == other.items()
+    }
+}
+
+impl Eq for Batch {}
+
+impl Hash for Batch {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.step_index.hash(state);
+        self.items().hash(state);
+        self.preempted.hash(state);
+        self.num_free_blocks.hash(state);
+    }
 }
 
 impl Batch {
@@ -90,41 +180,28 @@ impl Batch {
         self.items.push(item);
     }
 
-    /// [`push`](Self::push) for decodes (most items of a step), given as `(request_id,
-    /// start)`: one token each, sampled, no block yet (the caller gives the few that take
-    /// one theirs). Their context is counted by the caller.
-    #[inline]
-    pub(crate) fn push_decodes(
-        &mut self,
-        decodes: impl ExactSizeIterator<Item = (u64, u128)> + Clone,
-    ) {
+    /// List the decode group's `members` (the lane's list, shared) as the decode items, at
+    /// group tick `clock`; the caller then gives the few that take a block theirs
+    /// ([`give_block`](Self::give_block)) and counts their context.
+    pub(super) fn list_decodes(&mut self, members: &Arc<Vec<Listed>>, clock: u64) {
         // Counts items, which a vector's length bounds: no saturation needed.
-        self.num_decode_tokens += decodes.len();
-        self.sampling_ids.extend(decodes.clone().map(|(id, _)| id));
-        self.items
-            .extend(decodes.map(|(request_id, start)| BatchItem {
-                request_id,
-                start,
-                tokens: 1,
-                is_prefill: false,
-                samples: true,
-                new_blocks: Vec::new(),
-                cached_tokens: 0,
-            }));
+        self.num_decode_tokens += members.len();
+        self.decodes.members = Some(Arc::clone(members));
+        self.decodes.clock = clock;
     }
 
-    /// The decode items at the front of `items` (none in a lean batch).
-    pub(crate) fn decode_items(&self) -> usize {
-        if self.lean {
-            0
-        } else {
-            self.num_decode_tokens
-        }
+    /// Decode item `at` (ascending from one call to the next) takes `block`.
+    pub(super) fn give_block(&mut self, at: usize, block: usize) {
+        self.decodes.blocks.push((at, block));
     }
 
     /// Empty the items and the fields that follow from them, keeping their buffers.
     pub(crate) fn clear(&mut self) {
         self.items.clear();
+        self.decodes.members = None;
+        self.decodes.blocks.clear();
+        self.listed = OnceLock::new();
+        self.all_sampling = OnceLock::new();
         self.sampling_ids.clear();
         self.num_prefill_tokens = 0;
         self.num_decode_tokens = 0;
@@ -141,7 +218,15 @@ impl Batch {
     /// The items: decodes, then started prefills, then admissions, each in rank order.
     #[must_use]
     pub fn items(&self) -> &[BatchItem] {
-        &self.items
+        if self.decodes.len() == 0 {
+            return &self.items;
+        }
+        self.listed.get_or_init(|| {
+            let mut items = Vec::with_capacity(self.len());
+            items.extend(self.decodes.items());
+            items.extend_from_slice(&self.items);
+            items
+        })
     }
 
     /// Ids whose blocks were taken back in this step, in the order preempted.
@@ -153,7 +238,45 @@ impl Batch {
     /// Ids of the items that sample, in item order: the order of aligned `token_ids`.
     #[must_use]
     pub fn sampling_ids(&self) -> &[u64] {
-        &self.sampling_ids
+        let decodes = self.decodes.members();
+        if decodes.is_empty() {
+            return &self.sampling_ids;
+        }
+        self.all_sampling.get_or_init(|| {
+            let mut ids = Vec::with_capacity(self.num_sampling());
+            ids.extend(decodes.iter().map(Listed::id));
+            ids.extend_from_slice(&self.sampling_ids);
+            ids
+        })
+    }
+
+    /// How many items sample: the length of `sampling_ids`, without making it.
+    #[must_use]
+    pub fn num_sampling(&self) -> usize {
+        self.decodes.len() + self.sampling_ids.len()
+    }
+
+    /// Whether `other` names the same requests, item by item and preempted: at no cost per
+    /// decode when both list the same members of the decode group (one step and the next
+    /// with no member joining or leaving).
+    #[must_use]
+    pub fn same_requests(&self, other: &Batch) -> bool {
+        if self.decodes.same_members(&other.decodes) {
+            return self.preempted == other.preempted
+                && (self.items.iter().map(|item| item.request_id))
+                    .eq(other.items.iter().map(|item| item.request_id));
+        }
+        self.preempted == other.preempted && self.request_ids().eq(other.request_ids())
+    }
+
+    /// Whether `other` has the same `sampling_ids`, at no cost per decode as
+    /// [`same_requests`](Self::same_requests).
+    #[must_use]
+    pub fn same_sampling_ids(&self, other: &Batch) -> bool {
+        if self.decodes.same_members(&other.decodes) {
+            return self.sampling_ids == other.sampling_ids;
+        }
+        self.sampling_ids() == other.sampling_ids()
     }
 
     /// Tokens of prefill items (passes 2 and 3).
@@ -190,7 +313,7 @@ impl Batch {
     /// Number of items (listed ones: a lean batch's decodes are not).
     #[must_use]
     pub fn len(&self) -> usize {
-        self.items.len()
+        self.decodes.len() + self.items.len()
     }
 
     /// Whether the step computes nothing (it still awaits its `update`).
@@ -201,6 +324,10 @@ impl Batch {
 
     /// The request ids of the items, in item order.
     pub fn request_ids(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
-        self.items.iter().map(|item| item.request_id)
+        let decodes = self.decodes.members();
+        (0..self.len()).map(move |at| match decodes.get(at) {
+            Some(member) => member.id(),
+            None => self.items[at - decodes.len()].request_id,
+        })
     }
 }

@@ -49,14 +49,19 @@ impl IdLog {
         }
     }
 
-    /// Keep `ids[k]` as the id the member in `slots[k]` sampled at `tick`, for every listed
-    /// decode of a full batch; `false` (nothing kept) when the log is off.
-    pub(super) fn write(&mut self, tick: u64, slots: &[usize], ids: &[u32]) -> bool {
+    /// Keep `ids[k]` as the id the member in the `k`-th of `slots` sampled at `tick`, for
+    /// every listed decode of a full batch; `false` (nothing kept) when the log is off.
+    pub(super) fn write(
+        &mut self,
+        tick: u64,
+        slots: impl Iterator<Item = usize>,
+        ids: &[u32],
+    ) -> bool {
         if self.period == 0 {
             return false;
         }
         let row = self.row(tick);
-        for (&slot, &id) in slots.iter().zip(ids) {
+        for (slot, &id) in slots.zip(ids) {
             let at = slot * self.period + row;
             if at >= self.ids.len() {
                 self.grow(slot);

@@ -22,7 +22,7 @@ impl ServingScheduler {
         let mut planned: HashMap<u64, usize> = HashMap::new();
         let pending = self.pending_batch();
         if let Some(batch) = pending {
-            for item in &batch.items {
+            for item in batch.items() {
                 planned.insert(item.request_id, item.tokens);
             }
         }

@@ -9,9 +9,14 @@
 //!
 //! It changes only at joins and leaves: a join is appended to a short list of newcomers, a
 //! leave marks the member's slot stale in a dense per-slot table, and the next listing
-//! sweeps the stale entries out and merges the newcomers in, in one pass over the lane. The
-//! simulator's lean batches never list members, so a lean step switches the lane off (no
-//! cost per join or leave); the next full listing rebuilds it from the running requests.
+//! sweeps the stale entries out and merges the newcomers in, in one pass over the lane. A
+//! batch lists its decodes by sharing the lane's list (see `batch.rs`), so a step whose
+//! members did not change lists them all at no cost per member; the list is copied only
+//! when it changes while a batch still holds it. The simulator's lean batches never list
+//! members, so a lean step switches the lane off (no cost per join or leave); the next full
+//! listing rebuilds it from the running requests.
+
+use std::sync::Arc;
 
 use super::request::Request;
 use super::scheduler::{Entry, Rank};
@@ -47,8 +52,9 @@ pub(super) struct Lane {
     /// Whether joins and leaves are recorded: off until a full batch is listed, and after
     /// each lean one.
     kept: bool,
-    /// Members in rank order as of the last listing, with those that left since.
-    listed: Vec<Listed>,
+    /// Members in rank order as of the last listing, with those that left since (shared
+    /// with the batches that listed them).
+    listed: Arc<Vec<Listed>>,
     /// Members that joined since the last listing, in the order they joined.
     joined: Vec<Listed>,
     /// By slot: the stamp of its request's current membership (`None`: not a member). A
@@ -88,7 +94,12 @@ impl Lane {
     /// The members in rank order at group tick `clock`: brought up to date from the joins
     /// and leaves since the last listing, or rebuilt from the `running` requests (rank order)
     /// when it was not kept.
-    pub(super) fn members(&mut self, running: &[Entry], requests: &Slab, clock: u64) -> &[Listed] {
+    pub(super) fn members(
+        &mut self,
+        running: &[Entry],
+        requests: &Slab,
+        clock: u64,
+    ) -> &Arc<Vec<Listed>> {
         if !self.kept {
             self.rebuild(running, requests, clock);
         } else if self.left > 0 || !self.joined.is_empty() {
@@ -132,32 +143,34 @@ impl Lane {
             kept: true,
             ..Self::default()
         };
+        let mut listed = Vec::new();
         for &(_, slot) in running {
             if let Some(request) = requests.at(slot).filter(|r| r.in_group()) {
-                let listed = self.stamped(request, slot, clock);
-                self.listed.push(listed);
+                listed.push(self.stamped(request, slot, clock));
             }
         }
+        self.listed = Arc::new(listed);
     }
 
     /// Sweep out the members that left and merge in those that joined.
     fn refresh(&mut self) {
         let stamps = &self.stamps;
+        // Copied first if a batch still lists the members as they were.
+        let listed = Arc::make_mut(&mut self.listed);
         if self.left > 0 {
-            self.listed
-                .retain(|member| stamps[member.slot] == Some(member.stamp));
+            listed.retain(|member| stamps[member.slot] == Some(member.stamp));
         }
         self.joined
             .retain(|member| stamps[member.slot] == Some(member.stamp));
         self.joined.sort_unstable_by_key(|member| member.rank);
-        let in_order = match (self.listed.last(), self.joined.first()) {
+        let in_order = match (listed.last(), self.joined.first()) {
             (Some(last), Some(first)) => last.rank < first.rank,
             _ => true,
         };
-        self.listed.append(&mut self.joined);
+        listed.append(&mut self.joined);
         if !in_order {
             // Two sorted runs: the stable sort merges them in one pass.
-            self.listed.sort_by_key(|member| member.rank);
+            listed.sort_by_key(|member| member.rank);
         }
         self.left = 0;
     }

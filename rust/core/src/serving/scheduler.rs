@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use hashlink::DefaultHashBuilder;
 
-use super::batch::{Batch, BatchItem};
+use super::batch::Batch;
 use super::block_pool::BlockPool;
 use super::config::ServingConfig;
 use super::counts::shortfall;
@@ -46,11 +46,6 @@ pub struct ServingScheduler {
     pub(super) group: Group,
     /// Scratch of `update`: the members that fill a block at this tick.
     pub(super) fills: Vec<Entry>,
-    /// Scratch of sealing a batch: the prefill items (and their slots and sampling ids),
-    /// which move behind the decode items.
-    pub(super) tail_items: Vec<BatchItem>,
-    pub(super) tail_slots: Vec<usize>,
-    pub(super) tail_ids: Vec<u64>,
     /// Waiting requests; an entry is live while its slot holds its id, waiting, with that seq.
     pub(super) waiting: BinaryHeap<Reverse<Entry>>,
     pub(super) num_waiting: usize,
@@ -109,9 +104,6 @@ impl ServingScheduler {
             prefilling: Vec::new(),
             group,
             fills: Vec::new(),
-            tail_items: Vec::new(),
-            tail_slots: Vec::new(),
-            tail_ids: Vec::new(),
             waiting: BinaryHeap::new(),
             num_waiting: 0,
             deficit: 0,

@@ -497,19 +497,13 @@ impl ServingScheduler {
         self.batch.num_free_blocks = self.pool.num_free();
     }
 
-    /// Put the decode group's items in front of the prefill items planned, in rank order,
-    /// with the blocks pass 1 gave them: the lane lists the members without reading their
-    /// requests, but for the few given a block.
+    /// List the decode group's items in front of the prefill items planned, in rank order,
+    /// with the blocks pass 1 gave them: the batch shares the lane's list of the members
+    /// (see `batch.rs`), and only the few given a block are visited.
     fn list_decodes(&mut self) {
-        std::mem::swap(&mut self.batch.items, &mut self.tail_items);
-        std::mem::swap(&mut self.item_slots, &mut self.tail_slots);
-        std::mem::swap(&mut self.batch.sampling_ids, &mut self.tail_ids);
         let clock = self.group.clock;
         let members = (self.group.lane).members(&self.running, &self.requests, clock);
-        self.batch
-            .push_decodes(members.iter().map(|m| (m.id(), m.start_at(clock))));
-        self.item_slots
-            .extend(members.iter().map(|member| member.slot));
+        self.batch.list_decodes(members, clock);
         // The few given a block, found by rank (a member given one and preempted since is
         // no longer listed, and its block went back with its table).
         for rank in &self.group.granted {
@@ -518,16 +512,11 @@ impl ServingScheduler {
             };
             let request = self.requests.at_mut(members[at].slot);
             if let Some(block) = request.and_then(|r| r.new_block.take()) {
-                let mut ids = self.spare.pop().unwrap_or_default();
-                ids.push(block);
-                self.batch.items[at].new_blocks = ids;
+                self.batch.give_block(at, block);
             }
         }
         self.group.granted.clear();
         self.batch.decode_context_tokens = self.group.tokens;
-        self.batch.items.append(&mut self.tail_items);
-        self.item_slots.append(&mut self.tail_slots);
-        self.batch.sampling_ids.append(&mut self.tail_ids);
     }
 
     /// Drop the items preemptions emptied, keeping the order of the others and their slots.

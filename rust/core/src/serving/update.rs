@@ -10,6 +10,7 @@ use hashlink::DefaultHashBuilder;
 use super::batch::{Batch, BatchItem};
 use super::counts::{full_blocks, shortfall};
 use super::group::Group;
+use super::lane::Listed;
 use super::request::{Request, RequestState};
 use super::scheduler::{Entry, ServingScheduler};
 use crate::CoreError;
@@ -102,19 +103,20 @@ impl ServingScheduler {
         // The decodes, listed first: their tokens are logged or stored, then the group's
         // clock counts them all and their events (filled blocks, finishes) are applied in
         // rank order.
-        let decodes = batch.decode_items();
-        if !self.log_decode_tokens(&batch, &slots[..decodes], token_ids) {
+        let decodes = batch.decodes.members();
+        if !self.log_decode_tokens(&batch, token_ids) {
             self.group.log.skip(self.group.clock);
             if !matches!(token_ids, TokenIds::None) {
-                self.store_decode_tokens(&batch.items[..decodes], &slots[..decodes], token_ids);
+                self.store_decode_tokens(decodes, token_ids);
             }
         }
         self.finish_named_members(finished);
         self.group.tick();
         self.apply_group_events();
-        let mut sampled = decodes;
+        let mut sampled = decodes.len();
         let block_size = self.config.block_size;
-        for (item, &slot) in batch.items[decodes..].iter().zip(&slots[decodes..]) {
+        // The prefill items, and their slots.
+        for (item, &slot) in batch.items.iter().zip(&slots) {
             // Each item is another request's: advancing, hashing and freeing it item by item
             // registers the same hashes in the same order as pass by pass would (a freed
             // block keeps its hash, and a block another item can register is not shared).
@@ -164,7 +166,7 @@ impl ServingScheduler {
         match token_ids {
             TokenIds::None => {}
             TokenIds::Aligned(ids) => {
-                let expected = self.pending_batch().map_or(0, |b| b.sampling_ids.len());
+                let expected = self.pending_batch().map_or(0, Batch::num_sampling);
                 if ids.len() != expected {
                     return Err(CoreError::TokenIdsLength {
                         expected,
@@ -177,7 +179,7 @@ impl ServingScheduler {
                     return Ok(());
                 };
                 self.sampling.clear();
-                self.sampling.extend(batch.sampling_ids.iter().copied());
+                self.sampling.extend(batch.sampling_ids().iter().copied());
                 for &(request_id, token) in pairs {
                     if !self.sampling.contains(&request_id) {
                         return Err(CoreError::TokenIdsNotSampled {
@@ -219,39 +221,30 @@ impl ServingScheduler {
     /// Keep the ids of a full batch's decodes (in `slots`) in the id log, where the members
     /// take them when next settled; `false` (nothing kept) unless `token_ids` gives every
     /// one and the log is on. Ids alongside sampled tokens are stored as they come.
-    fn log_decode_tokens(
-        &mut self,
-        batch: &Batch,
-        slots: &[usize],
-        token_ids: TokenIds<'_>,
-    ) -> bool {
+    fn log_decode_tokens(&mut self, batch: &Batch, token_ids: TokenIds<'_>) -> bool {
+        let members = batch.decodes.members();
         match token_ids {
-            TokenIds::Aligned(ids) if !batch.lean && self.sampled.is_none() => self
-                .group
-                .log
-                .write(self.group.clock, slots, &ids[..slots.len()]),
+            TokenIds::Aligned(ids) if !batch.lean && self.sampled.is_none() => {
+                let slots = members.iter().map(|member| member.slot);
+                self.group.log.write(self.group.clock, slots, ids)
+            }
             _ => false,
         }
     }
 
-    /// Store the tokens `token_ids` gives the listed decode `items` (in `slots`), each at its
+    /// Store the tokens `token_ids` gives the listed decode `members`, each at its
     /// request's next position: the group's tick then counts them.
-    fn store_decode_tokens(
-        &mut self,
-        items: &[BatchItem],
-        slots: &[usize],
-        token_ids: TokenIds<'_>,
-    ) {
+    fn store_decode_tokens(&mut self, members: &[Listed], token_ids: TokenIds<'_>) {
         if let TokenIds::Aligned(ids) = token_ids {
             // The usual case, a token for every decode: no look-up per item.
-            for ((item, &slot), &token) in items.iter().zip(slots).zip(ids) {
-                self.store_decode_token(item.request_id, slot, token);
+            for (member, &token) in members.iter().zip(ids) {
+                self.store_decode_token(member.id(), member.slot, token);
             }
             return;
         }
-        for (at, (item, &slot)) in items.iter().zip(slots).enumerate() {
-            if let Some(token) = Self::token_of(item.request_id, at, token_ids, &self.given) {
-                self.store_decode_token(item.request_id, slot, token);
+        for (at, member) in members.iter().enumerate() {
+            if let Some(token) = Self::token_of(member.id(), at, token_ids, &self.given) {
+                self.store_decode_token(member.id(), member.slot, token);
             }
         }
     }
