@@ -31,7 +31,8 @@ pub struct BatchItem {
 }
 
 /// The decode items of a full batch: the decode group's members in rank order as the lane
-/// listed them at group tick `clock`, and the blocks pass 1 gave some of them.
+/// listed them at group tick `clock`, the blocks pass 1 gave some of them, and the batch's
+/// lists made from them when first read. Boxed in the batch: a lean batch has none.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Decodes {
     /// Shared with the lane until its members change.
@@ -39,25 +40,24 @@ pub(super) struct Decodes {
     clock: u64,
     /// `(index in members, block)`, ascending index.
     blocks: Vec<(usize, usize)>,
+    /// These items then the batch's `items`.
+    items: OnceLock<Vec<BatchItem>>,
+    /// These ids then the batch's `sampling_ids`.
+    sampling_ids: OnceLock<Vec<u64>>,
 }
 
 impl Decodes {
     /// The members, in rank order.
-    pub(super) fn members(&self) -> &[Listed] {
+    fn members(&self) -> &[Listed] {
         self.members.as_deref().map_or(&[], Vec::as_slice)
     }
 
-    pub(super) fn len(&self) -> usize {
-        self.members().len()
-    }
-
-    /// Whether `other` lists the same members (the same list, shared).
-    fn same_members(&self, other: &Self) -> bool {
-        match (&self.members, &other.members) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-            (None, None) => true,
-            _ => false,
-        }
+    /// Empty, keeping the buffer of the blocks.
+    fn clear(&mut self) {
+        self.members = None;
+        self.blocks.clear();
+        self.items = OnceLock::new();
+        self.sampling_ids = OnceLock::new();
     }
 
     /// The items, in rank order: one token each, sampled, and their blocks.
@@ -94,14 +94,10 @@ pub struct Batch {
     /// `decodes`), or every item of a batch built by hand.
     pub(crate) items: Vec<BatchItem>,
     /// A full planned batch's decode items, in compact form.
-    pub(super) decodes: Decodes,
-    /// `decodes` then `items`, made when first read.
-    listed: OnceLock<Vec<BatchItem>>,
+    decodes: Option<Box<Decodes>>,
     pub(crate) preempted: Vec<u64>,
     /// The ids of the sampling items of `items`.
     pub(crate) sampling_ids: Vec<u64>,
-    /// The decodes' ids then `sampling_ids`, made when first read.
-    all_sampling: OnceLock<Vec<u64>>,
     pub(crate) num_prefill_tokens: usize,
     pub(crate) num_decode_tokens: usize,
     pub(crate) num_free_blocks: usize,
@@ -186,22 +182,47 @@ impl Batch {
     pub(super) fn list_decodes(&mut self, members: &Arc<Vec<Listed>>, clock: u64) {
         // Counts items, which a vector's length bounds: no saturation needed.
         self.num_decode_tokens += members.len();
-        self.decodes.members = Some(Arc::clone(members));
-        self.decodes.clock = clock;
+        let decodes = self.decodes.get_or_insert_default();
+        decodes.members = Some(Arc::clone(members));
+        decodes.clock = clock;
     }
 
     /// Decode item `at` (ascending from one call to the next) takes `block`.
     pub(super) fn give_block(&mut self, at: usize, block: usize) {
-        self.decodes.blocks.push((at, block));
+        let decodes = self.decodes.get_or_insert_default();
+        decodes.blocks.push((at, block));
+    }
+
+    /// The listed decodes' members, in rank order (none in a lean batch).
+    pub(super) fn decode_members(&self) -> &[Listed] {
+        self.decodes.as_deref().map_or(&[], Decodes::members)
+    }
+
+    /// The listed decodes, if there are any.
+    fn listed_decodes(&self) -> Option<&Decodes> {
+        (self.decodes.as_deref()).filter(|decodes| !decodes.members().is_empty())
+    }
+
+    /// The list of the listed decodes' members, shared with the lane.
+    fn shared_members(&self) -> Option<&Arc<Vec<Listed>>> {
+        self.decodes.as_deref()?.members.as_ref()
+    }
+
+    /// Whether `other` lists the same decodes (the same list of members, shared).
+    fn same_decodes(&self, other: &Batch) -> bool {
+        match (self.shared_members(), other.shared_members()) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        }
     }
 
     /// Empty the items and the fields that follow from them, keeping their buffers.
     pub(crate) fn clear(&mut self) {
         self.items.clear();
-        self.decodes.members = None;
-        self.decodes.blocks.clear();
-        self.listed = OnceLock::new();
-        self.all_sampling = OnceLock::new();
+        if let Some(decodes) = self.decodes.as_deref_mut() {
+            decodes.clear();
+        }
         self.sampling_ids.clear();
         self.num_prefill_tokens = 0;
         self.num_decode_tokens = 0;
@@ -218,12 +239,12 @@ impl Batch {
     /// The items: decodes, then started prefills, then admissions, each in rank order.
     #[must_use]
     pub fn items(&self) -> &[BatchItem] {
-        if self.decodes.len() == 0 {
+        let Some(decodes) = self.listed_decodes() else {
             return &self.items;
-        }
-        self.listed.get_or_init(|| {
+        };
+        decodes.items.get_or_init(|| {
             let mut items = Vec::with_capacity(self.len());
-            items.extend(self.decodes.items());
+            items.extend(decodes.items());
             items.extend_from_slice(&self.items);
             items
         })
@@ -238,13 +259,12 @@ impl Batch {
     /// Ids of the items that sample, in item order: the order of aligned `token_ids`.
     #[must_use]
     pub fn sampling_ids(&self) -> &[u64] {
-        let decodes = self.decodes.members();
-        if decodes.is_empty() {
+        let Some(decodes) = self.listed_decodes() else {
             return &self.sampling_ids;
-        }
-        self.all_sampling.get_or_init(|| {
+        };
+        decodes.sampling_ids.get_or_init(|| {
             let mut ids = Vec::with_capacity(self.num_sampling());
-            ids.extend(decodes.iter().map(Listed::id));
+            ids.extend(decodes.members().iter().map(Listed::id));
             ids.extend_from_slice(&self.sampling_ids);
             ids
         })
@@ -253,7 +273,7 @@ impl Batch {
     /// How many items sample: the length of `sampling_ids`, without making it.
     #[must_use]
     pub fn num_sampling(&self) -> usize {
-        self.decodes.len() + self.sampling_ids.len()
+        self.decode_members().len() + self.sampling_ids.len()
     }
 
     /// Whether `other` names the same requests, item by item and preempted: at no cost per
@@ -261,7 +281,7 @@ impl Batch {
     /// with no member joining or leaving).
     #[must_use]
     pub fn same_requests(&self, other: &Batch) -> bool {
-        if self.decodes.same_members(&other.decodes) {
+        if self.same_decodes(other) {
             return self.preempted == other.preempted
                 && (self.items.iter().map(|item| item.request_id))
                     .eq(other.items.iter().map(|item| item.request_id));
@@ -273,7 +293,7 @@ impl Batch {
     /// [`same_requests`](Self::same_requests).
     #[must_use]
     pub fn same_sampling_ids(&self, other: &Batch) -> bool {
-        if self.decodes.same_members(&other.decodes) {
+        if self.same_decodes(other) {
             return self.sampling_ids == other.sampling_ids;
         }
         self.sampling_ids() == other.sampling_ids()
@@ -313,7 +333,7 @@ impl Batch {
     /// Number of items (listed ones: a lean batch's decodes are not).
     #[must_use]
     pub fn len(&self) -> usize {
-        self.decodes.len() + self.items.len()
+        self.decode_members().len() + self.items.len()
     }
 
     /// Whether the step computes nothing (it still awaits its `update`).
@@ -324,7 +344,7 @@ impl Batch {
 
     /// The request ids of the items, in item order.
     pub fn request_ids(&self) -> impl ExactSizeIterator<Item = u64> + '_ {
-        let decodes = self.decodes.members();
+        let decodes = self.decode_members();
         (0..self.len()).map(move |at| match decodes.get(at) {
             Some(member) => member.id(),
             None => self.items[at - decodes.len()].request_id,

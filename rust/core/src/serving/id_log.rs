@@ -33,6 +33,9 @@ pub(super) struct IdLog {
     /// `written[tick % period]`: whether `update` gave every listed decode its id at `tick`
     /// (else the ids of that tick are unknown, or were stored in the requests).
     written: Vec<bool>,
+    /// Whether any tick was written: until then members are settled by counting alone (a
+    /// simulator's lean steps never write).
+    used: bool,
 }
 
 impl IdLog {
@@ -46,6 +49,7 @@ impl IdLog {
             period,
             ids: Vec::new(),
             written: vec![false; period],
+            used: false,
         }
     }
 
@@ -69,6 +73,7 @@ impl IdLog {
             self.ids[at] = id;
         }
         self.written[row] = true;
+        self.used = true;
         true
     }
 
@@ -121,7 +126,7 @@ impl IdLog {
     ) -> TokenSource<'a> {
         match sampled {
             Some(tokens) => TokenSource::Sampled(tokens),
-            None if self.period > 0 => TokenSource::Log(self, slot),
+            None if self.used => TokenSource::Log(self, slot),
             None => TokenSource::Unknown,
         }
     }

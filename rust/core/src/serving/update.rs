@@ -103,7 +103,7 @@ impl ServingScheduler {
         // The decodes, listed first: their tokens are logged or stored, then the group's
         // clock counts them all and their events (filled blocks, finishes) are applied in
         // rank order.
-        let decodes = batch.decodes.members();
+        let decodes = batch.decode_members();
         if !self.log_decode_tokens(&batch, token_ids) {
             self.group.log.skip(self.group.clock);
             if !matches!(token_ids, TokenIds::None) {
@@ -222,7 +222,7 @@ impl ServingScheduler {
     /// take them when next settled; `false` (nothing kept) unless `token_ids` gives every
     /// one and the log is on. Ids alongside sampled tokens are stored as they come.
     fn log_decode_tokens(&mut self, batch: &Batch, token_ids: TokenIds<'_>) -> bool {
-        let members = batch.decodes.members();
+        let members = batch.decode_members();
         match token_ids {
             TokenIds::Aligned(ids) if !batch.lean && self.sampled.is_none() => {
                 let slots = members.iter().map(|member| member.slot);
