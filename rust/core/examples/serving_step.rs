@@ -14,7 +14,7 @@ use chunked_prefill::{Prompt, ServingConfig, ServingScheduler, TokenIds};
 fn step(scheduler: &mut ServingScheduler, tokens: &mut Vec<u32>) -> Result<(), String> {
     let batch = scheduler.schedule_shared().map_err(|e| e.to_string())?;
     tokens.clear();
-    tokens.resize(batch.sampling_ids().len(), 7);
+    tokens.resize(batch.num_sampling(), 7);
     scheduler
         .update(&batch, TokenIds::Aligned(tokens), &[])
         .map_err(|e| e.to_string())?;

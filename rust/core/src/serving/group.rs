@@ -85,7 +85,7 @@ pub(super) struct Group {
     pub(super) needs_block: Vec<Entry>,
     /// The members that `schedule()` gave a block (pass 1 of a full batch), in rank order,
     /// until their decode items are listed.
-    pub(super) granted: Vec<Rank>,
+    pub(super) granted: Vec<Entry>,
     /// The members in rank order, for a host's batch.
     pub(super) lane: Lane,
     /// The ids a host's `update` gave the members, until each takes its own.

@@ -61,6 +61,9 @@ pub(super) struct Lane {
     /// stamp is never reused, so an entry of a membership that ended, even one of an
     /// earlier request in the same slot, is recognised as stale without reading a request.
     stamps: Vec<Option<u64>>,
+    /// By slot: the index of its member in `listed` (valid where `listed` has that member
+    /// there: see [`Lane::position`]).
+    positions: Vec<u32>,
     /// The next stamp.
     next_stamp: u64,
     /// Leaves since the last listing.
@@ -108,6 +111,22 @@ impl Lane {
         &self.listed
     }
 
+    /// The index in the last listing of the member ranked `rank` in `slot`, if listed.
+    pub(super) fn position(&self, rank: Rank, slot: usize) -> Option<usize> {
+        let at = *self.positions.get(slot)? as usize;
+        (self.listed.get(at)).and_then(|member| (member.rank == rank).then_some(at))
+    }
+
+    /// Index the members of the listing by slot.
+    fn index_positions(&mut self) {
+        for (at, member) in self.listed.iter().enumerate() {
+            if self.positions.len() <= member.slot {
+                self.positions.resize(member.slot + 1, 0);
+            }
+            self.positions[member.slot] = at as u32;
+        }
+    }
+
     /// The live members it records, `(rank, slot, position computed at clock)` in rank
     /// order, or `None` when it is not kept (for the invariant checks).
     pub(super) fn live(&self, clock: u64) -> Option<Vec<(Rank, usize, u128)>> {
@@ -150,6 +169,7 @@ impl Lane {
             }
         }
         self.listed = Arc::new(listed);
+        self.index_positions();
     }
 
     /// Sweep out the members that left and merge in those that joined.
@@ -173,5 +193,6 @@ impl Lane {
             listed.sort_by_key(|member| member.rank);
         }
         self.left = 0;
+        self.index_positions();
     }
 }

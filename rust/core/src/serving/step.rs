@@ -256,7 +256,7 @@ impl ServingScheduler {
                 self.deficit -= 1;
                 if !lean {
                     request.new_block = Some(block); // for its item, listed at sealing
-                    self.group.granted.push(rank);
+                    self.group.granted.push((rank, slot));
                 }
             }
         }
@@ -502,15 +502,16 @@ impl ServingScheduler {
     /// (see `batch.rs`), and only the few given a block are visited.
     fn list_decodes(&mut self) {
         let clock = self.group.clock;
-        let members = (self.group.lane).members(&self.running, &self.requests, clock);
-        self.batch.list_decodes(members, clock);
-        // The few given a block, found by rank (a member given one and preempted since is
+        let lane = &mut self.group.lane;
+        self.batch
+            .list_decodes(lane.members(&self.running, &self.requests, clock), clock);
+        // The few given a block, found by slot (a member given one and preempted since is
         // no longer listed, and its block went back with its table).
-        for rank in &self.group.granted {
-            let Ok(at) = members.binary_search_by_key(rank, |member| member.rank) else {
+        for &(rank, slot) in &self.group.granted {
+            let Some(at) = lane.position(rank, slot) else {
                 continue;
             };
-            let request = self.requests.at_mut(members[at].slot);
+            let request = self.requests.at_mut(slot);
             if let Some(block) = request.and_then(|r| r.new_block.take()) {
                 self.batch.give_block(at, block);
             }
