@@ -218,9 +218,9 @@ impl ServingScheduler {
         }
     }
 
-    /// Keep the ids of a full batch's decodes (in `slots`) in the id log, where the members
-    /// take them when next settled; `false` (nothing kept) unless `token_ids` gives every
-    /// one and the log is on. Ids alongside sampled tokens are stored as they come.
+    /// Keep the ids of a full batch's decodes in the id log under their slots, where the
+    /// members take them when next settled; `false` (nothing kept) unless `token_ids` gives
+    /// every one and the log is on. Ids alongside sampled tokens are stored as they come.
     fn log_decode_tokens(&mut self, batch: &Batch, token_ids: TokenIds<'_>) -> bool {
         let members = batch.decode_members();
         match token_ids {
