@@ -220,21 +220,10 @@ def min_serving_steps(workload: Workload, options: dict[str, Any]) -> tuple[int,
 
 
 def _longest_output(workload: Workload) -> tuple[int, int, int]:
-    """The longest output, its first request, and the decode tokens of all (numpy where
-    the sum cannot pass int64, a Python loop otherwise)."""
-    import numpy as np
-
-    n = len(workload)
-    o = np.asarray(workload.output_tokens, dtype=np.int64)
-    if n and int(o.max()) * n <= np.iinfo(np.int64).max:
-        at = int(np.argmax(o))
-        return int(o[at]), at, int(o.sum()) - n
-    chain, chain_of, total_decode = 0, 0, 0
-    for i, out in enumerate(workload.output_tokens):
-        total_decode += out - 1
-        if out > chain:
-            chain, chain_of = out, i
-    return chain, chain_of, total_decode
+    """The longest output, its first request, and the decode tokens of all (the
+    workload's kept figures)."""
+    stats = workload._stats()
+    return stats.max_output, stats.longest_output_at, stats.total_output - len(workload)
 
 
 def _bytes(values: Sequence[Any], dtype: str) -> bytes:
@@ -275,7 +264,7 @@ def _run_rust(
         workload.arrival_s,
         workload.prompt_tokens,
         workload.output_tokens,
-        _bytes(workload.priority, "<i8") if any(workload.priority) else b"",
+        _bytes(workload.priority, "<i8") if workload._stats().any_priority else b"",
         bytes(plan.known),
         plan.prefix_tokens,
         _bytes(plan.group, "<u8"),

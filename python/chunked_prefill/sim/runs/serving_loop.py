@@ -48,10 +48,11 @@ def _all_fit(workload: Workload, bs: int, usable: int) -> bool:
     names the first offender runs only when one exists)."""
     if len(workload) == 0:
         return True
-    # The longest prompt and the longest output together bound every request (two passes
-    # without an int object per request); only when they do not fit is the longest request
-    # itself summed.
-    if max(workload.prompt_tokens) + max(workload.output_tokens) - 1 <= usable * bs:
+    # The longest prompt and the longest output together bound every request (the
+    # workload's kept figures); only when they do not fit is the longest request itself
+    # summed.
+    stats = workload._stats()
+    if stats.max_prompt + stats.max_output - 1 <= usable * bs:
         return True
     longest: int = max(map(operator.add, workload.prompt_tokens, workload.output_tokens))
     return longest - 1 <= usable * bs

@@ -56,7 +56,7 @@ def summarise(
         a["gap_weights"].astype(np.int64, copy=False),
     )
     span = float(finish.max() - arrival.min())
-    total_out = sum(workload.output_tokens)
+    total_out = workload._stats().total_output
     threshold = spec.stall_threshold_s
     return SimResult(
         config=cfg,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .._check import count, kind, real, show
-from .types import MAX_ARRIVAL_S, MAX_TOKENS, U64_MAX, Workload
+from .types import I64_MAX, MAX_ARRIVAL_S, MAX_TOKENS, U64_MAX, Workload, _ColumnStats
 
 MAX_SAMPLED = 2**53
 """The largest length :class:`ChatWorkloadSpec` draws (its lengths are drawn as floats)."""
@@ -258,20 +258,38 @@ def default_workload(
         columns = _shared_workload(
             requests, rate, seed, prompt, output, arrivals, prefix_tokens, prefix_groups, turns
         )
-        plain = False
+        plain, stats = False, None
     else:
-        columns, plain = _plain_columns(arrivals, prompt, output)
+        columns, plain, stats = _plain_columns(arrivals, prompt, output)
     if prefix_tokens:
         parts.append(f"{prefix_tokens}-token prefix x {prefix_groups} group(s)")
     if turns > 1:
         parts.append(f"{turns} turns")
     workload = _built(columns, plain, f"synthetic chat workload ({', '.join(parts)})")
+    if plain and stats is not None:
+        workload._keep_stats(stats)
     return workload.scaled(prompt_scale, output_scale)
 
 
-def _plain_columns(arrivals: Any, prompt: Any, output: Any) -> tuple[dict[str, Any], bool]:
-    """The columns of a workload without prefixes or sessions from the drawn arrays, and
-    whether they pass the :class:`Workload` checks (:func:`_plain_in_range`)."""
+def _array_stats(prompt: Any, output: Any) -> _ColumnStats:
+    """The column figures of the drawn length arrays (no priorities), as
+    :meth:`_ColumnStats.of` finds them on the columns, without a pass over Python ints."""
+    if len(output) == 0:
+        return _ColumnStats(0, 0, 0, 0, False)
+    at = int(output.argmax())
+    longest = int(output[at])
+    # The int64 sum is exact unless it could pass 2**63 - 1; then Python's ints sum them.
+    exact = longest * len(output) <= I64_MAX
+    total = int(output.sum()) if exact else sum(output.tolist())
+    return _ColumnStats(int(prompt.max()), longest, at, total, False)
+
+
+def _plain_columns(
+    arrivals: Any, prompt: Any, output: Any
+) -> tuple[dict[str, Any], bool, _ColumnStats]:
+    """The columns of a workload without prefixes or sessions from the drawn arrays,
+    whether they pass the :class:`Workload` checks (:func:`_plain_in_range`), and their
+    figures."""
     import numpy as np
 
     arrivals = arrivals.astype(np.float64, copy=False)
@@ -283,7 +301,7 @@ def _plain_columns(arrivals: Any, prompt: Any, output: Any) -> tuple[dict[str, A
         "prompt_tokens": shared_ints(prompt),
         "output_tokens": shared_ints(output),
     }
-    return columns, _plain_in_range(arrivals, prompt, output)
+    return columns, _plain_in_range(arrivals, prompt, output), _array_stats(prompt, output)
 
 
 def _built(columns: dict[str, Any], plain: bool, source: str) -> Workload:

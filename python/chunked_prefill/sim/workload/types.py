@@ -61,6 +61,35 @@ def _ints_within(column: Sequence[Any], low: int, high: int) -> bool:
 
 
 @dataclass(frozen=True)
+class _ColumnStats:
+    """Whole-column figures a run asks of its workload before and after the loop (whether
+    the longest request fits, the fewest steps, the output total), each a pass over
+    100 000-value tuples; kept once per workload (``Workload._stats``)."""
+
+    max_prompt: int
+    max_output: int
+    longest_output_at: int
+    """The first request with the longest output (0 when there is none)."""
+    total_output: int
+    any_priority: bool
+
+    @classmethod
+    def of(cls, workload: Workload) -> _ColumnStats:
+        """The figures of ``workload``'s columns."""
+        prompt, output = workload.prompt_tokens, workload.output_tokens
+        if not output:
+            return cls(0, 0, 0, 0, False)
+        longest = max(output)
+        return cls(
+            max_prompt=max(prompt),
+            max_output=longest,
+            longest_output_at=output.index(longest),
+            total_output=sum(output),
+            any_priority=any(workload.priority),
+        )
+
+
+@dataclass(frozen=True)
 class Workload:
     """Requests as parallel columns; request ``i`` is simulated as request id ``i``.
 
@@ -210,6 +239,19 @@ class Workload:
 
     def __len__(self) -> int:
         return len(self.arrival_s)
+
+    def _stats(self) -> _ColumnStats:
+        """The workload's whole-column figures, computed at the first call (or given by
+        :func:`default_workload`, which has them from its arrays) and kept."""
+        stats = self.__dict__.get("_column_stats")
+        if not isinstance(stats, _ColumnStats):
+            stats = _ColumnStats.of(self)
+            self._keep_stats(stats)
+        return stats
+
+    def _keep_stats(self, stats: _ColumnStats) -> None:
+        """Keep ``stats`` as this workload's (they must be its columns' figures)."""
+        object.__setattr__(self, "_column_stats", stats)
 
     def __iter__(self) -> Iterator[Request]:
         return self.requests()
