@@ -244,8 +244,7 @@ impl Request {
     /// `update` would have stored them. Out of line, as `take_sampled`.
     #[inline(never)]
     fn take_logged(&mut self, ticks: Range<u64>, log: &IdLog, slot: usize) {
-        let stored = self.generated.len() == self.num_generated;
-        if stored && self.known_generated == self.num_generated && log.kept(slot, ticks.clone()) {
+        if self.all_stored() && log.kept(slot, ticks.clone()) {
             // The usual case, every earlier token stored and every tick kept: appended at
             // once, from at most two runs of the slot's row.
             let count = (ticks.end - ticks.start) as usize;
@@ -253,9 +252,7 @@ impl Request {
             let (first, second) = log.runs(slot, ticks);
             self.generated.extend_from_slice(first);
             self.generated.extend_from_slice(second);
-            self.known_generated += count;
-            self.num_generated += count;
-            self.num_tokens += count as u128;
+            self.count_stored(count);
             return;
         }
         for tick in ticks {
@@ -270,13 +267,10 @@ impl Request {
     #[inline(never)]
     fn take_sampled(&mut self, ticks: u64, tokens: &SampledTokens) {
         let id = self.id;
-        if self.known_generated == self.num_generated && self.generated.len() == self.num_generated
-        {
+        if self.all_stored() {
             // The usual case, every earlier token stored: the run appended at once.
             tokens.extend(id, self.num_tokens, ticks, &mut self.generated);
-            self.known_generated += ticks as usize;
-            self.num_generated += ticks as usize;
-            self.num_tokens += u128::from(ticks);
+            self.count_stored(ticks as usize);
             return;
         }
         for _ in 0..ticks {
@@ -286,6 +280,19 @@ impl Request {
             self.num_generated += 1;
             self.num_tokens += 1;
         }
+    }
+
+    /// Whether every token sampled so far is stored and known: a run of known ones can be
+    /// appended to `generated` as it is.
+    fn all_stored(&self) -> bool {
+        self.known_generated == self.num_generated && self.generated.len() == self.num_generated
+    }
+
+    /// Count `count` known tokens just appended to `generated`.
+    fn count_stored(&mut self, count: usize) {
+        self.known_generated += count;
+        self.num_generated += count;
+        self.num_tokens += count as u128;
     }
 
     /// Settle it at `clock` and leave the decode group.
