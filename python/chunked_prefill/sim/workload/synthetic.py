@@ -265,9 +265,7 @@ def default_workload(
         parts.append(f"{prefix_tokens}-token prefix x {prefix_groups} group(s)")
     if turns > 1:
         parts.append(f"{turns} turns")
-    workload = _built(columns, plain, f"synthetic chat workload ({', '.join(parts)})")
-    if plain and stats is not None:
-        workload._keep_stats(stats)
+    workload = _built(columns, plain, f"synthetic chat workload ({', '.join(parts)})", stats)
     return workload.scaled(prompt_scale, output_scale)
 
 
@@ -304,14 +302,22 @@ def _plain_columns(
     return columns, _plain_in_range(arrivals, prompt, output), _array_stats(prompt, output)
 
 
-def _built(columns: dict[str, Any], plain: bool, source: str) -> Workload:
+def _built(
+    columns: dict[str, Any], plain: bool, source: str, stats: _ColumnStats | None
+) -> Workload:
     """The workload of ``columns``; ``plain`` ones, found in range on their arrays, skip the
     constructor's whole-column checks of the same values (a twentieth of ``simulate``),
-    which would find nothing."""
+    which would find nothing. ``stats``, when given, are the columns' figures, kept."""
     if not plain:
-        return Workload(**columns, source=source)
-    zeros = (0,) * len(columns["arrival_s"])
-    return Workload._of_checked(**columns, cached_tokens=zeros, priority=zeros, source=source)
+        workload = Workload(**columns, source=source)
+    else:
+        zeros = (0,) * len(columns["arrival_s"])
+        workload = Workload._of_checked(
+            **columns, cached_tokens=zeros, priority=zeros, source=source
+        )
+    if stats is not None:
+        workload._keep_stats(stats)
+    return workload
 
 
 def _plain_in_range(arrivals: Any, prompt: Any, output: Any) -> bool:
