@@ -432,3 +432,24 @@ def read_trace(
     prefix_tokens)``, or ``None`` when the file is not provably read as
     ``chunked_prefill.sim.workload``'s Python reader reads it (including every file that
     reader refuses); ``load_trace`` then reads it with that reader."""
+
+def chat_workload(
+    seed: int,
+    requests: int,
+    rate: float,
+    lengths: tuple[float, float, float, float, float, float, float, float, float],
+    *,
+    max_arrival_s: float,
+    max_tokens: int,
+) -> tuple[
+    tuple[float, ...],
+    tuple[int, ...],
+    tuple[int, ...],
+    tuple[int, int, int, int],
+    bool,
+]:
+    """The synthetic chat workload of ``default_workload`` drawn in the core, exactly as
+    ``numpy.random.default_rng(seed)`` draws it (``lengths``: ``ChatWorkloadSpec``'s nine
+    fields in order): ``(arrival_s, prompt_tokens, output_tokens, (longest prompt, longest
+    output, its first request, output total), in_range)``, ``in_range`` telling whether
+    arrivals are in ``[0, max_arrival_s]`` and lengths in ``[1, max_tokens]``."""

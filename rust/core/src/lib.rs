@@ -53,6 +53,7 @@
 
 mod config;
 mod error;
+pub mod random;
 mod scheduler;
 pub mod serving;
 pub mod sim;

@@ -8,8 +8,9 @@
 //! One module per family: `convert` (argument conversion and errors, shared by every
 //! class), `config` (`Config`), `values` (`Chunk`, `Step`), `state`
 //! (`PrefillChunkState`), `scheduler` (`Scheduler`), the `serving*` modules (the serving
-//! scheduler's classes), `sim` (`simulate_serving`, the simulation loop) and `trace`
-//! (`read_trace`, the fast trace reader).
+//! scheduler's classes), `sim` (`simulate_serving`, the simulation loop), `synthetic`
+//! (`chat_workload`, the default workload's draws) and `trace` (`read_trace`, the fast
+//! trace reader).
 
 use pyo3::prelude::*;
 
@@ -24,6 +25,7 @@ mod serving_state;
 mod serving_values;
 mod sim;
 mod state;
+mod synthetic;
 mod trace;
 mod values;
 
@@ -58,5 +60,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyServingScheduler>()?;
     m.add_function(wrap_pyfunction!(sim::simulate_serving, m)?)?;
     m.add_function(wrap_pyfunction!(trace::read_trace, m)?)?;
+    m.add_function(wrap_pyfunction!(synthetic::chat_workload, m)?)?;
     Ok(())
 }

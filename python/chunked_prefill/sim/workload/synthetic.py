@@ -206,8 +206,10 @@ def default_workload(
     Arrivals are a Poisson process of ``rate`` requests per second (exponential gaps, the
     first request arriving after the first gap); ``rate=math.inf`` puts every request at
     t=0. Everything is drawn from ``numpy.random.default_rng(seed)``: the same arguments
-    give the same workload on every machine. Lengths are drawn before arrival gaps, so a
-    different ``rate`` keeps every request's lengths and only stretches the arrival times.
+    give the same workload on every machine (the plain chat workload is drawn by the core
+    when it is built, which reproduces numpy's draws exactly without importing numpy).
+    Lengths are drawn before arrival gaps, so a different ``rate`` keeps every request's
+    lengths and only stretches the arrival times.
 
     Shared prefixes (for the serving scheduler's prefix cache): with ``prefix_tokens`` N,
     every conversation belongs to one of ``prefix_groups`` groups, drawn uniformly, and
@@ -220,8 +222,6 @@ def default_workload(
     come from a second generator, so the drawn lengths are the same as without them; the
     workload's ``group``/``session`` columns tell the simulator which tokens are shared.
     """
-    import numpy as np
-
     requests = count("requests", requests, 1, MAX_REQUESTS)
     rate = real("rate", rate, 0.0, low_open=True, inf=True)
     seed = count("seed", seed, 0, U64_MAX)
@@ -238,35 +238,96 @@ def default_workload(
     spec = spec or ChatWorkloadSpec()
     if length_dist == "chat":
         spec = spec.with_means(input_len, output_len)
-    rng = np.random.default_rng(seed)
-    prompt, output = _chat_lengths(rng, spec, requests)
-    gaps = rng.standard_exponential(requests)
-    arrivals = np.zeros(requests) if math.isinf(rate) else np.cumsum(gaps / rate)
     rate_text = "inf" if math.isinf(rate) else f"{rate:g}"
-    kind_text = "chat"
-    if length_dist != "chat":
-        lengths = (input_len, output_len, length_dist, range_ratio)
-        prompt, output, kind_text = _other_lengths(seed, requests, *lengths)
-    elif input_len is not None or output_len is not None:
-        kind_text = (
-            f"chat, mean prompt {input_len or 'as drawn'}, output {output_len or 'as drawn'}"
-        )
+    lengths = (input_len, output_len, length_dist, range_ratio)
+    shared = (prefix_tokens, prefix_groups, turns)
+    columns, plain, stats, kind_text = _columns(seed, spec, requests, rate, lengths, shared)
     parts = [f"{requests} requests", f"{rate_text} req/s", f"seed {seed}"]
     if kind_text != "chat":
         parts.append(kind_text)
-    if prefix_tokens or turns > 1:
-        columns = _shared_workload(
-            requests, rate, seed, prompt, output, arrivals, prefix_tokens, prefix_groups, turns
-        )
-        plain, stats = False, None
-    else:
-        columns, plain, stats = _plain_columns(arrivals, prompt, output)
     if prefix_tokens:
         parts.append(f"{prefix_tokens}-token prefix x {prefix_groups} group(s)")
     if turns > 1:
         parts.append(f"{turns} turns")
     workload = _built(columns, plain, f"synthetic chat workload ({', '.join(parts)})", stats)
     return workload.scaled(prompt_scale, output_scale)
+
+
+def _columns(
+    seed: int,
+    spec: ChatWorkloadSpec,
+    requests: int,
+    rate: float,
+    lengths: tuple[int | None, int | None, str, float | None],
+    shared: tuple[int, int, int],
+) -> tuple[dict[str, Any], bool, _ColumnStats | None, str]:
+    """:func:`default_workload`'s columns, whether they are known in range, their figures
+    when known, and the description of their lengths."""
+    input_len, output_len, length_dist, _ = lengths
+    prefix_tokens, prefix_groups, turns = shared
+    kind_text = "chat"
+    if length_dist == "chat" and (input_len is not None or output_len is not None):
+        kind_text = (
+            f"chat, mean prompt {input_len or 'as drawn'}, output {output_len or 'as drawn'}"
+        )
+    if length_dist == "chat" and not prefix_tokens and turns == 1:
+        return (*_plain_chat_columns(seed, spec, requests, rate), kind_text)
+    arrivals, prompt, output = _chat_draws(seed, spec, requests, rate)
+    if length_dist != "chat":
+        prompt, output, kind_text = _other_lengths(seed, requests, *lengths)
+    if prefix_tokens or turns > 1:
+        columns = _shared_workload(
+            requests, rate, seed, prompt, output, arrivals, prefix_tokens, prefix_groups, turns
+        )
+        return columns, False, None, kind_text
+    return (*_plain_columns(arrivals, prompt, output), kind_text)
+
+
+def _plain_chat_columns(
+    seed: int, spec: ChatWorkloadSpec, requests: int, rate: float
+) -> tuple[dict[str, Any], bool, _ColumnStats]:
+    """The columns of the chat workload without prefixes or sessions, as
+    :func:`_plain_columns` gives them: drawn in the core when it is built (the very numbers
+    numpy draws, without importing numpy: its import is a fifth of a ``simulate`` run, and
+    the run can import it meanwhile), else with numpy (the core not built, or
+    ``CHUNKED_PREFILL_BACKEND=pure``)."""
+    from ..runs.backend import backend_name, resolve_backend
+
+    core = resolve_backend("auto")
+    if backend_name(core) != "rust":
+        return _plain_columns(*_chat_draws(seed, spec, requests, rate))
+    fields = (
+        spec.chat_prompt_median,
+        spec.chat_prompt_sigma,
+        spec.long_fraction,
+        spec.long_prompt_median,
+        spec.long_prompt_sigma,
+        float(spec.max_prompt_tokens),
+        spec.output_median,
+        spec.output_sigma,
+        float(spec.max_output_tokens),
+    )
+    arrivals, prompt, output, figures, in_range = core.chat_workload(
+        seed, requests, rate, fields, max_arrival_s=MAX_ARRIVAL_S, max_tokens=MAX_TOKENS
+    )
+    columns = {"arrival_s": arrivals, "prompt_tokens": prompt, "output_tokens": output}
+    longest_prompt, longest_output, longest_at, total = figures
+    return columns, in_range, _ColumnStats(longest_prompt, longest_output, longest_at, total, False)
+
+
+def _chat_draws(
+    seed: int, spec: ChatWorkloadSpec, requests: int, rate: float
+) -> tuple[Any, Any, Any]:
+    """The chat workload's arrival times, prompt and output lengths (numpy arrays), drawn
+    from ``numpy.random.default_rng(seed)``: the lengths (:func:`_chat_lengths`), then the
+    arrival gaps."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    prompt, output = _chat_lengths(rng, spec, requests)
+    gaps = rng.standard_exponential(requests)
+    arrivals = np.zeros(requests) if math.isinf(rate) else np.cumsum(gaps / rate)
+    return arrivals, prompt, output
 
 
 def _array_stats(prompt: Any, output: Any) -> _ColumnStats:
