@@ -14,11 +14,14 @@ at its ``output_tokens``). With nothing tracked the clock jumps to the next arri
 from __future__ import annotations
 
 import itertools
+import sys
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .._check import boolean, check_callback, check_engine, count, items, kind, real, show
+from .._lazy import import_meanwhile
 from ..engines.linear import (
     DEFAULT_ENGINE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -226,10 +229,13 @@ def _longest_output(workload: Workload) -> tuple[int, int, int]:
     return stats.max_output, stats.longest_output_at, stats.total_output - len(workload)
 
 
-def _bytes(values: Sequence[Any], dtype: str) -> bytes:
-    import numpy as np
-
-    return np.asarray(values, dtype=dtype).tobytes()
+def _bytes(values: Sequence[int], code: str) -> bytes:
+    """The little-endian 8-byte words of ``values`` (``code`` ``"q"``: signed, ``"Q"``:
+    unsigned), made without numpy, which the run imports meanwhile."""
+    words = array(code, values)
+    if sys.byteorder == "big":
+        words.byteswap()
+    return words.tobytes()
 
 
 def _run_rust(
@@ -240,8 +246,6 @@ def _run_rust(
     replicas: int,
     router: str,
 ) -> dict[str, Any]:
-    import numpy as np
-
     from ... import _core
 
     plan = TokenPlan(workload)
@@ -258,20 +262,22 @@ def _run_rust(
             engine.c_kv_s,
             engine.c_chunk_sq_s,
         )
+    # Nothing before the loop needs numpy when the core drew the workload; the records do.
+    import_meanwhile("numpy")
     raw: dict[str, Any] = _core.simulate_serving(
         # The columns themselves, read into the core's vectors: a copy in bytes would live
         # as long as the run (24 MB a million requests).
         workload.arrival_s,
         workload.prompt_tokens,
         workload.output_tokens,
-        _bytes(workload.priority, "<i8") if workload._stats().any_priority else b"",
+        _bytes(workload.priority, "q") if workload._stats().any_priority else b"",
         bytes(plan.known),
         plan.prefix_tokens,
-        _bytes(plan.group, "<u8"),
-        _bytes(plan.session, "<u8"),
+        _bytes(plan.group, "Q"),
+        _bytes(plan.session, "Q"),
         plan.hash_block,
-        _bytes(plan.hash_offsets, "<u8"),
-        _bytes(plan.hash_ids, "<u8"),
+        _bytes(plan.hash_offsets, "Q"),
+        _bytes(plan.hash_ids, "Q"),
         engine=linear_coefficients,
         max_steps=max_steps,
         roofline=roofline,
@@ -279,6 +285,8 @@ def _run_rust(
         router=router,
         **options,
     )
+    import numpy as np
+
     floats = ("admitted", "first_token", "finish", "max_gap", "gap_values", "kv_series_t")
     counts = ("cached_tokens", "preemptions", "recomputed_tokens", "replica")
     for key, value in list(raw.items()):
@@ -457,8 +465,6 @@ def _run_one(
     spec: RunSpec,
 ) -> SimResult:
     """One configuration's run on the chosen loop, summarised."""
-    import numpy as np
-
     fleet = (spec.replicas, spec.router)
     try:
         if spec.backend == "rust":
@@ -472,6 +478,8 @@ def _run_one(
                 cfg, spec.max_steps, spec.max_steps, reason, estimated=False
             ) from None
         raise
+    import numpy as np
+
     arrays = {k: np.asarray(v) for k, v in raw.items() if isinstance(v, (list, np.ndarray))}
     result = summarise(workload, cfg, options, engine, raw, arrays, spec)
     assert result.serving is not None

@@ -11,6 +11,7 @@ from typing import Any
 
 from ...._args import U64_MAX, UsageError
 from ...._stop import pipe_console
+from ..._lazy import import_meanwhile
 from ...engines.linear import KVMemory
 from ...engines.roofline import StepTimeModel
 from ...runs.backend import backend_name, resolve_backend
@@ -95,8 +96,10 @@ def run_serving(args: argparse.Namespace) -> int:
     util = utilization(args)
     for spec in specs:
         check_serving_configs(args, workload, configs, spec.model, spec.memory, util)
-    console = output_console()
-    if not args.quiet and not args.json:
+    quiet = args.quiet or args.json
+    # A quiet run prints nothing before its runs: rich is imported while they run.
+    console = None if quiet else output_console()
+    if console is not None:
         print_workload(console, workload)
         for spec in specs:
             print_pool(console, spec, configs, util)
@@ -109,15 +112,17 @@ def run_serving(args: argparse.Namespace) -> int:
                 soft_wrap=True,
             )
     replicas, router = fleet_of(args)
-    if not args.quiet and not args.json and (args.replicas or args.router):
+    if console is not None and (args.replicas or args.router):
         console.print(
             f"[bold]fleet[/]: {replicas} replica(s), {router} router",
             highlight=False,
             soft_wrap=True,
         )
     started = time.perf_counter()
-    err_console = pipe_console(stderr=True)
-    show_progress = not args.quiet and err_console.is_terminal
+    err_console = None if args.quiet else pipe_console(stderr=True)
+    show_progress = err_console is not None and err_console.is_terminal
+    if console is None:
+        import_meanwhile("rich.console")
     results: list[SimResult] = []
     for spec in specs:
         name = f"{spec.name}: " if len(specs) > 1 else ""
@@ -141,6 +146,7 @@ def run_serving(args: argparse.Namespace) -> int:
                 on_progress=bar,
             )
     wall = time.perf_counter() - started
+    console = console or output_console()
     return report(args, console, results, workload, wall, f"serving scheduler, {backend} loop")
 
 
