@@ -29,7 +29,7 @@ pub struct Outcome {
     pub replica: Vec<u64>,
     /// Token gaps, run-length coded: `(gap, count)`, the gap seen `count` times (the decodes
     /// of one step that sampled in the step before share one run); sorted by gap, equal gaps
-    /// merged, once the run ends (see `GapRun` in `sim/tokens.rs`).
+    /// merged, once the run ends (see `GapRun` in `sim/gap_runs.rs`).
     pub gaps: Vec<(f64, u64)>,
     /// Engine steps run (steps that computed something).
     pub steps: u64,

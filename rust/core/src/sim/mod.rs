@@ -13,6 +13,7 @@
 
 mod engine;
 mod error;
+mod gap_runs;
 mod metrics;
 mod roofline;
 mod router;

@@ -18,10 +18,11 @@ use std::sync::Arc;
 
 use super::engine::StepShape;
 use super::error::SimError;
+use super::gap_runs::GapRun;
 use super::metrics::Outcome;
 use super::router::{outstanding, Fleet, Router};
 use super::step::StepModel;
-use super::tokens::{record_samples, GapRun, Recorder, Sampled, StepGaps, Track};
+use super::tokens::{record_samples, Recorder, Sampled, StepGaps, Track};
 use super::workload::Workload;
 use crate::serving::{Prompt, SampledTokens, ServingConfig, ServingScheduler, TokenIds};
 use crate::CoreError;
@@ -297,7 +298,7 @@ impl<'a> Loop<'a> {
             ..
         } = self;
         drop((tracks, replicas));
-        gaps.finish(&mut out);
+        out.gaps = gaps.finish();
         out
     }
 }

@@ -10,6 +10,7 @@
 //! step the run comes first, then the others in item order: the pure loop records them in
 //! the same order, so the two give the same arrays.
 
+use super::gap_runs::GapRun;
 use super::metrics::Outcome;
 use crate::serving::{Batch, ServingScheduler};
 
@@ -123,84 +124,6 @@ impl StepGaps {
     }
 }
 
-/// The token gaps counted so far: the run of equal gaps being counted and the runs before
-/// it, `(gap, count)`. The list grows by one run a step, millions in a long run, but holds
-/// far fewer distinct gaps: when it is full it is put in canonical form (sorted, equal gaps
-/// merged) before it may grow, so it holds a few times the distinct gaps (at a million
-/// requests 80 MB instead of 134, and each run is sorted once either way).
-#[derive(Clone, Default)]
-pub(super) struct GapRun {
-    value: f64,
-    weight: u64,
-    runs: Vec<(f64, u64)>,
-    /// `runs[..canonical]` is in canonical form.
-    canonical: usize,
-}
-
-/// Runs below which the list simply grows.
-const COMPACT_FROM: usize = 1 << 12;
-
-impl GapRun {
-    /// Count `weight` gaps of `gap`.
-    pub(super) fn add(&mut self, gap: f64, weight: u64) {
-        debug_assert!(gap >= 0.0, "a gap of {gap} s");
-        if self.weight > 0 && self.value == gap {
-            self.weight += weight;
-        } else {
-            self.flush();
-            (self.value, self.weight) = (gap, weight);
-        }
-    }
-
-    /// Append the run so far, compacting a full list first.
-    fn flush(&mut self) {
-        if self.weight == 0 {
-            return;
-        }
-        let full = self.runs.len() == self.runs.capacity();
-        if full && self.runs.len() >= COMPACT_FROM {
-            self.compact();
-            // Grow once it stays over three quarters full: compacting again soon would
-            // sort little for a whole merge.
-            if self.runs.len() * 4 > self.runs.capacity() * 3 {
-                self.runs.reserve(self.runs.len());
-            }
-        }
-        self.runs.push((self.value, self.weight));
-        self.weight = 0;
-    }
-
-    /// Put the runs in canonical form: the new ones sorted, then merged with the canonical
-    /// ones (the stable sort finds the two sorted halves and merges them in one pass).
-    fn compact(&mut self) {
-        // A gap is a positive duration, so its bits order as it does (and compare in fewer
-        // instructions than `total_cmp`). The new runs, hundreds of thousands in a long
-        // run, take a radix sort: a pass per byte in which their gaps differ (the exponent's
-        // bytes are mostly shared), where a comparison sort takes about log2(n) passes; it
-        // was a tenth of the loop.
-        let key = |run: &(f64, u64)| run.0.to_bits();
-        radsort::sort_by_key(&mut self.runs[self.canonical..], key);
-        self.runs.sort_by_key(key);
-        self.runs.dedup_by(|later, kept| {
-            let equal = later.0 == kept.0;
-            if equal {
-                kept.1 += later.1;
-            }
-            equal
-        });
-        self.canonical = self.runs.len();
-    }
-
-    /// Every gap counted, as the outcome keeps them: `(gap, count)` sorted by gap, equal
-    /// gaps merged.
-    pub(super) fn finish(mut self, out: &mut Outcome) {
-        self.flush();
-        self.compact();
-        self.runs.shrink_to_fit();
-        out.gaps = self.runs;
-    }
-}
-
 /// What a completed step sampled.
 pub(super) struct Sampled<'a> {
     pub(super) batch: &'a Batch,
@@ -260,51 +183,4 @@ pub(super) fn record_samples(
         track.join(s.step);
     }
     (decodes, listed)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Runs of gaps drawn from `distinct` values in a scrambled order, as `(gap, weight)`.
-    fn scrambled(count: u64, distinct: u64) -> Vec<(f64, u64)> {
-        (0..count)
-            .map(|k| {
-                let x = k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
-                ((x % distinct) as f64 * 0.25, 1 + x % 3)
-            })
-            .collect()
-    }
-
-    #[test]
-    fn compacted_runs_are_the_sorted_merged_runs_and_stay_near_the_distinct_gaps() {
-        for (count, distinct) in [(10, 4), (50_000, 1_000), (50_000, 30_000), (200_000, 9_000)] {
-            let runs = scrambled(count, distinct);
-            let mut counted = GapRun::default();
-            let mut largest = 0;
-            for &(gap, weight) in &runs {
-                counted.add(gap, weight);
-                largest = largest.max(counted.runs.capacity());
-            }
-            let mut out = Outcome::default();
-            counted.finish(&mut out);
-            let mut expected: Vec<(f64, u64)> = Vec::new();
-            let mut sorted = runs.clone();
-            sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
-            for (gap, weight) in sorted {
-                match expected.last_mut() {
-                    Some(last) if last.0 == gap => last.1 += weight,
-                    _ => expected.push((gap, weight)),
-                }
-            }
-            assert_eq!(out.gaps, expected, "{count} runs of {distinct} gaps");
-            // Never more than 8/3 of the distinct gaps (grown from three quarters full).
-            let bound = (expected.len() * 8 / 3).max(COMPACT_FROM) + 1;
-            assert!(
-                largest <= bound,
-                "{largest} runs held for {} gaps",
-                expected.len()
-            );
-        }
-    }
 }
