@@ -42,7 +42,9 @@ The measurements (flags choose some; with none, all are run):
 ``--sim-rate``
     the simulation alone: ``simulate_serving(default_workload(100000, rate=6.0, seed=0),
     ServingSimConfig())`` timed in a child (as ``benches/bench_sim_serving.py``), simulated
-    requests per second.
+    requests per second. numpy is imported before the clock starts: the default workload's
+    draws imported it there until the core drew them, and a module's import is not the
+    simulation (``--simulate`` counts it).
 ``--memory``
     this checkout's ``scripts/sim_memory.py 1000000`` run with each side's package:
     whole-process peak RSS and wall time.
@@ -92,6 +94,7 @@ SIMULATE_OPTIONS = ("--chunk-size", "512", "--token-budget", "2048", "--quiet")
 # Run in a child with one side's package: the simulation alone, and the serving step.
 SIM_RATE_CODE = """
 import json, sys, time
+import numpy  # the run's records need it; imported before the clock starts on both sides
 from chunked_prefill.sim import ServingSimConfig, default_workload, simulate_serving
 requests = int(sys.argv[1])
 workload = default_workload(requests, rate=6.0, seed=0)
