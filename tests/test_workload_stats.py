@@ -19,6 +19,7 @@ def _by_hand(w: Workload) -> _ColumnStats:
         max_prompt=max(prompt),
         max_output=longest,
         longest_output_at=output.index(longest),
+        total_prompt=sum(prompt),
         total_output=sum(output),
         any_priority=any(q != 0 for q in w.priority),
     )
@@ -62,4 +63,4 @@ def test_figures_of_any_workload_are_its_columns(rows: list[tuple[int, int, int]
 
 def test_an_empty_workload_has_zero_figures() -> None:
     w = Workload(arrival_s=(), prompt_tokens=(), output_tokens=())
-    assert w._stats() == _ColumnStats(0, 0, 0, 0, False)
+    assert w._stats() == _ColumnStats(0, 0, 0, 0, 0, False)

@@ -445,11 +445,12 @@ def chat_workload(
     tuple[float, ...],
     tuple[int, ...],
     tuple[int, ...],
-    tuple[int, int, int, int],
+    tuple[int, int, int, int, int],
     bool,
 ]:
     """The synthetic chat workload of ``default_workload`` drawn in the core, exactly as
     ``numpy.random.default_rng(seed)`` draws it (``lengths``: ``ChatWorkloadSpec``'s nine
     fields in order): ``(arrival_s, prompt_tokens, output_tokens, (longest prompt, longest
-    output, its first request, output total), in_range)``, ``in_range`` telling whether
-    arrivals are in ``[0, max_arrival_s]`` and lengths in ``[1, max_tokens]``."""
+    output, its first request, prompt total, output total), in_range)``, ``in_range``
+    telling whether arrivals are in ``[0, max_arrival_s]`` and lengths in
+    ``[1, max_tokens]``."""

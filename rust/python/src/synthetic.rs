@@ -10,12 +10,12 @@ use pyo3::types::{PyInt, PyTuple};
 
 /// What `chat_workload` returns: the arrival, prompt and output columns, then the figures
 /// `_ColumnStats` keeps (the longest prompt, the longest output, its first request, the
-/// output total) and whether every value is in the given ranges.
+/// prompt and output totals) and whether every value is in the given ranges.
 type Columns<'py> = (
     Bound<'py, PyTuple>,
     Bound<'py, PyTuple>,
     Bound<'py, PyTuple>,
-    (u64, u64, usize, u128),
+    (u64, u64, usize, u128, u128),
     bool,
 );
 
@@ -50,7 +50,7 @@ pub(crate) fn chat_workload<'py>(
     let drawn = py.detach(|| draw_chat(seed, requests, rate, &lengths));
     let longest_prompt = drawn.prompt_tokens.iter().copied().max().unwrap_or(0);
     let (longest_at, longest_output) = first_max(&drawn.output_tokens);
-    let total: u128 = drawn.output_tokens.iter().map(|&v| u128::from(v)).sum();
+    let total = |v: &[u64]| v.iter().map(|&x| u128::from(x)).sum::<u128>();
     let lengths_in_range = |v: &[u64]| v.iter().all(|&x| (1..=max_tokens).contains(&x));
     let in_range = drawn
         .arrival_s
@@ -62,7 +62,13 @@ pub(crate) fn chat_workload<'py>(
         PyTuple::new(py, &drawn.arrival_s)?,
         shared_ints(py, &drawn.prompt_tokens)?,
         shared_ints(py, &drawn.output_tokens)?,
-        (longest_prompt, longest_output, longest_at, total),
+        (
+            longest_prompt,
+            longest_output,
+            longest_at,
+            total(&drawn.prompt_tokens),
+            total(&drawn.output_tokens),
+        ),
         in_range,
     ))
 }

@@ -287,7 +287,16 @@ def _run_rust(
     )
     import numpy as np
 
-    floats = ("admitted", "first_token", "finish", "max_gap", "gap_values", "kv_series_t")
+    # arrival_s: the workload's column, given back as the records are.
+    floats = (
+        "admitted",
+        "first_token",
+        "finish",
+        "max_gap",
+        "gap_values",
+        "kv_series_t",
+        "arrival_s",
+    )
     counts = ("cached_tokens", "preemptions", "recomputed_tokens", "replica")
     for key, value in list(raw.items()):
         if key in counts and not value:
@@ -481,6 +490,11 @@ def _run_one(
     import numpy as np
 
     arrays = {k: np.asarray(v) for k, v in raw.items() if isinstance(v, (list, np.ndarray))}
+    # The core gives the workload's arrival and output columns back as arrays; the pure
+    # loop's are made from the tuples.
+    if "arrival_s" not in arrays:
+        arrays["arrival_s"] = np.asarray(workload.arrival_s, dtype=np.float64)
+        arrays["output_tokens"] = np.asarray(workload.output_tokens, dtype=np.uint64)
     result = summarise(workload, cfg, options, engine, raw, arrays, spec)
     assert result.serving is not None
     replica = arrays["replica"].astype(np.uint64, copy=False)

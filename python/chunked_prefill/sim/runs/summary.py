@@ -43,12 +43,13 @@ def summarise(
     a: dict[str, Any],
     spec: RunSpec,
 ) -> SimResult:
-    """The result of one run from the loop's records ``raw`` (``a``: its arrays)."""
+    """The result of one run from the loop's records ``raw`` (``a``: its arrays, with the
+    workload's ``arrival_s`` and ``output_tokens`` columns)."""
     import numpy as np
 
     # No copies of the loop's arrays (read-only views of its bytes): a million requests'
     # columns are 8 MB each, and the summary's peak is the run's.
-    arrival = np.asarray(workload.arrival_s, dtype=np.float64)
+    arrival = a["arrival_s"].astype(np.float64, copy=False)
     first = a["first_token"].astype(np.float64, copy=False)
     finish = a["finish"].astype(np.float64, copy=False)
     gaps, weights = canonical_runs(
@@ -99,8 +100,8 @@ def _serving_stats(
     arrival, first, finish, span = at
     admitted = a["admitted"].astype(np.float64, copy=False)
     max_gap = a["max_gap"].astype(np.float64, copy=False)
-    output = np.asarray(workload.output_tokens, dtype=np.int64)
-    total_in = sum(workload.prompt_tokens)
+    output = a["output_tokens"].astype(np.uint64, copy=False).view(np.int64)  # < 2**63
+    total_in = workload._stats().total_prompt
     pool = options["num_blocks"]
     busy = raw["busy_s"]
     mask = steady_mask(arrival, *spec.cut)

@@ -311,8 +311,11 @@ def _plain_chat_columns(
         seed, requests, rate, fields, max_arrival_s=MAX_ARRIVAL_S, max_tokens=MAX_TOKENS
     )
     columns = {"arrival_s": arrivals, "prompt_tokens": prompt, "output_tokens": output}
-    longest_prompt, longest_output, longest_at, total = figures
-    return columns, in_range, _ColumnStats(longest_prompt, longest_output, longest_at, total, False)
+    longest_prompt, longest_output, longest_at, total_prompt, total_output = figures
+    stats = _ColumnStats(
+        longest_prompt, longest_output, longest_at, total_prompt, total_output, False
+    )
+    return columns, in_range, stats
 
 
 def _chat_draws(
@@ -334,13 +337,20 @@ def _array_stats(prompt: Any, output: Any) -> _ColumnStats:
     """The column figures of the drawn length arrays (no priorities), as
     :meth:`_ColumnStats.of` finds them on the columns, without a pass over Python ints."""
     if len(output) == 0:
-        return _ColumnStats(0, 0, 0, 0, False)
+        return _ColumnStats(0, 0, 0, 0, 0, False)
     at = int(output.argmax())
     longest = int(output[at])
-    # The int64 sum is exact unless it could pass 2**63 - 1; then Python's ints sum them.
-    exact = longest * len(output) <= I64_MAX
-    total = int(output.sum()) if exact else sum(output.tolist())
-    return _ColumnStats(int(prompt.max()), longest, at, total, False)
+    return _ColumnStats(
+        int(prompt.max()), longest, at, _exact_sum(prompt), _exact_sum(output), False
+    )
+
+
+def _exact_sum(values: Any) -> int:
+    """The sum of an ``int64`` array of positive values: numpy's, exact unless it could pass
+    2**63 - 1; then Python's ints sum them."""
+    if int(values.max()) * len(values) <= I64_MAX:
+        return int(values.sum())
+    return sum(values.tolist())
 
 
 def _plain_columns(

@@ -63,13 +63,14 @@ def _ints_within(column: Sequence[Any], low: int, high: int) -> bool:
 @dataclass(frozen=True)
 class _ColumnStats:
     """Whole-column figures a run asks of its workload before and after the loop (whether
-    the longest request fits, the fewest steps, the output total), each a pass over
+    the longest request fits, the fewest steps, the token totals), each a pass over
     100 000-value tuples; kept once per workload (``Workload._stats``)."""
 
     max_prompt: int
     max_output: int
     longest_output_at: int
     """The first request with the longest output (0 when there is none)."""
+    total_prompt: int
     total_output: int
     any_priority: bool
 
@@ -78,12 +79,13 @@ class _ColumnStats:
         """The figures of ``workload``'s columns."""
         prompt, output = workload.prompt_tokens, workload.output_tokens
         if not output:
-            return cls(0, 0, 0, 0, False)
+            return cls(0, 0, 0, 0, 0, False)
         longest = max(output)
         return cls(
             max_prompt=max(prompt),
             max_output=longest,
             longest_output_at=output.index(longest),
+            total_prompt=sum(prompt),
             total_output=sum(output),
             any_priority=any(workload.priority),
         )
