@@ -27,6 +27,7 @@ __all__ = [
     "ServingScheduler",
     "Step",
     "__version__",
+    "chat_workload",
     "read_trace",
     "simulate_serving",
 ]
@@ -401,7 +402,8 @@ def simulate_serving(
     Arrivals and lengths are the workload's columns, the other arrays little-endian 8-byte
     values (``numpy.ndarray.tobytes()``); the records come back as bytes for
     ``numpy.frombuffer`` (``cached_tokens``, ``preemptions``, ``recomputed_tokens`` and
-    ``replica`` empty when every request's is 0) and ints/floats. ``roofline`` (the 17
+    ``replica`` empty when every request's is 0, ``arrival_s`` and ``output_tokens`` the
+    workload's columns given back) and ints/floats. ``roofline`` (the 17
     coefficients of ``chunked_prefill.sim.roofline.COEFFICIENTS``) replaces the linear
     ``engine`` by the roofline model.
 
