@@ -538,16 +538,18 @@ impl ServingScheduler {
         self.item_slots.truncate(kept);
     }
 
-    /// Empty the batch before last into the buffers of the next one, unless a caller still
-    /// holds it. Not the last batch: a loop that rebinds `batch = schedule()` holds the last
-    /// one during this very call, and has let go of the one before.
+    /// Empty the batch before last and keep it as the next seal's spare, unless a caller
+    /// still holds it. Not the last batch: a loop that rebinds `batch = schedule()` holds the
+    /// last one during this very call, and has let go of the one before. The batch planned
+    /// into is the one the last seal swapped out of its spare, emptied then: buffers go
+    /// round the three batches with one swap a step (a batch is 144 bytes).
     fn recycle_batch(&mut self) {
         let older = std::mem::replace(&mut self.retired, self.sealed.take());
         if let Some(mut older) = older {
             match Arc::get_mut(&mut older) {
                 Some(batch) => {
-                    std::mem::swap(batch, &mut self.batch);
-                    self.spare_arc = Some(older); // holding the empty batch swapped in
+                    empty_batch(batch, &mut self.spare);
+                    self.spare_arc = Some(older);
                 }
                 None => {
                     // Still held: new buffers, sized like the last ones.
@@ -556,14 +558,19 @@ impl ServingScheduler {
                 }
             }
         }
-        for mut item in self.batch.items.drain(..) {
-            if item.new_blocks.capacity() > 0 {
-                item.new_blocks.clear();
-                self.spare.push(item.new_blocks);
-            }
-        }
-        self.batch.clear();
+        debug_assert!(self.batch.items.is_empty() && self.batch.preempted.is_empty());
         self.item_slots.clear();
-        self.batch.preempted.clear();
     }
+}
+
+/// Empty `batch`, keeping its buffers; its items' block lists go to `spare`.
+fn empty_batch(batch: &mut Batch, spare: &mut Vec<Vec<usize>>) {
+    for mut item in batch.items.drain(..) {
+        if item.new_blocks.capacity() > 0 {
+            item.new_blocks.clear();
+            spare.push(item.new_blocks);
+        }
+    }
+    batch.clear();
+    batch.preempted.clear();
 }
