@@ -16,6 +16,9 @@ use std::thread::JoinHandle;
 /// the thread.
 const BATCH: usize = 1 << 14;
 
+/// Full batches that may wait for the compactor (two megabytes).
+const QUEUED: usize = 8;
+
 /// The token gaps counted so far: the run of equal gaps being counted, the batch of runs
 /// not yet handed over, and the compactor that holds the others.
 #[derive(Default)]
@@ -80,10 +83,12 @@ struct Compactor {
 
 impl Compactor {
     fn start() -> Self {
-        // One batch queued while one is taken: the loop is held back (rather than memory
-        // grown) only if the compactor falls behind by two batches.
-        let (to, batches) = sync_channel::<Vec<(f64, u64)>>(1);
-        let (give_back, back) = sync_channel(2);
+        // Up to QUEUED batches wait while one is taken: the compactor shares its core with
+        // whatever else runs (numpy's import while `simulate` runs the loop, a batch every
+        // few milliseconds), and falls behind for a while; the loop is held back (rather than
+        // memory grown) only past that. One queued batch cost `simulate` 15-30 ms so.
+        let (to, batches) = sync_channel::<Vec<(f64, u64)>>(QUEUED);
+        let (give_back, back) = sync_channel(QUEUED + 1);
         let thread = std::thread::Builder::new()
             .name("gap compactor".into())
             .spawn(move || {
