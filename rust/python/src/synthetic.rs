@@ -48,38 +48,20 @@ pub(crate) fn chat_workload<'py>(
         max_output_tokens,
     };
     let drawn = py.detach(|| draw_chat(seed, requests, rate, &lengths));
-    let longest_prompt = drawn.prompt_tokens.iter().copied().max().unwrap_or(0);
-    let (longest_at, longest_output) = first_max(&drawn.output_tokens);
-    let total = |v: &[u64]| v.iter().map(|&x| u128::from(x)).sum::<u128>();
-    let lengths_in_range = |v: &[u64]| v.iter().all(|&x| (1..=max_tokens).contains(&x));
-    let in_range = drawn
-        .arrival_s
-        .iter()
-        .all(|&t| (0.0..=max_arrival_s).contains(&t))
-        && lengths_in_range(&drawn.prompt_tokens)
-        && lengths_in_range(&drawn.output_tokens);
+    let f = drawn.figures();
     Ok((
         PyTuple::new(py, &drawn.arrival_s)?,
         shared_ints(py, &drawn.prompt_tokens)?,
         shared_ints(py, &drawn.output_tokens)?,
         (
-            longest_prompt,
-            longest_output,
-            longest_at,
-            total(&drawn.prompt_tokens),
-            total(&drawn.output_tokens),
+            f.longest_prompt,
+            f.longest_output,
+            f.longest_output_at,
+            f.total_prompt,
+            f.total_output,
         ),
-        in_range,
+        drawn.in_range(max_arrival_s, max_tokens),
     ))
-}
-
-/// The first position of the largest value and the value (0, 0 for none), as numpy's
-/// `argmax`.
-fn first_max(values: &[u64]) -> (usize, u64) {
-    values.iter().enumerate().fold(
-        (0, 0),
-        |best, (i, &v)| if v > best.1 { (i, v) } else { best },
-    )
 }
 
 /// `values` as a tuple whose equal values are one int object, as Python's `shared_ints`:

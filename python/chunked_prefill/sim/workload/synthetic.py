@@ -339,16 +339,15 @@ def _array_stats(prompt: Any, output: Any) -> _ColumnStats:
     if len(output) == 0:
         return _ColumnStats(0, 0, 0, 0, 0, False)
     at = int(output.argmax())
-    longest = int(output[at])
-    return _ColumnStats(
-        int(prompt.max()), longest, at, _exact_sum(prompt), _exact_sum(output), False
-    )
+    longest, longest_prompt = int(output[at]), int(prompt.max())
+    total_prompt, total_output = _exact_sum(prompt, longest_prompt), _exact_sum(output, longest)
+    return _ColumnStats(longest_prompt, longest, at, total_prompt, total_output, False)
 
 
-def _exact_sum(values: Any) -> int:
-    """The sum of an ``int64`` array of positive values: numpy's, exact unless it could pass
-    2**63 - 1; then Python's ints sum them."""
-    if int(values.max()) * len(values) <= I64_MAX:
+def _exact_sum(values: Any, largest: int) -> int:
+    """The sum of an ``int64`` array of positive values whose largest is ``largest``:
+    numpy's, exact unless it could pass 2**63 - 1; then Python's ints sum them."""
+    if largest * len(values) <= I64_MAX:
         return int(values.sum())
     return sum(values.tolist())
 

@@ -30,5 +30,5 @@ pub use roofline::{pow_int, Roofline};
 pub use router::{outstanding, Fleet, Router};
 pub use run::{check_fits, run, run_fleet, run_fleet_until, SimOptions, POLL_EVERY};
 pub use step::StepModel;
-pub use synthetic::{draw_chat, ChatDraws, ChatLengths};
+pub use synthetic::{draw_chat, ChatDraws, ChatFigures, ChatLengths};
 pub use workload::{token_id, TokenPlan, Workload, NO_GROUP};

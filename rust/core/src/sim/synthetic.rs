@@ -46,6 +46,57 @@ pub struct ChatDraws {
     pub output_tokens: Vec<u64>,
 }
 
+/// What a workload keeps of its drawn length columns (Python's `_ColumnStats`, less the
+/// priorities, which a drawn workload has none of).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChatFigures {
+    /// The longest prompt (0 for no request).
+    pub longest_prompt: u64,
+    /// The longest output (0 for no request).
+    pub longest_output: u64,
+    /// The first request with the longest output, as numpy's `argmax` (0 for none).
+    pub longest_output_at: usize,
+    /// The prompt lengths summed.
+    pub total_prompt: u128,
+    /// The output lengths summed.
+    pub total_output: u128,
+}
+
+impl ChatDraws {
+    /// The columns' figures.
+    #[must_use]
+    pub fn figures(&self) -> ChatFigures {
+        let total = |v: &[u64]| v.iter().map(|&x| u128::from(x)).sum::<u128>();
+        let (longest_output_at, longest_output) =
+            (self.output_tokens.iter().enumerate()).fold((0, 0), |best, (i, &v)| {
+                if v > best.1 {
+                    (i, v)
+                } else {
+                    best
+                }
+            });
+        ChatFigures {
+            longest_prompt: self.prompt_tokens.iter().copied().max().unwrap_or(0),
+            longest_output,
+            longest_output_at,
+            total_prompt: total(&self.prompt_tokens),
+            total_output: total(&self.output_tokens),
+        }
+    }
+
+    /// Whether every arrival is in `[0, max_arrival_s]` (NaN is not) and every length in
+    /// `[1, max_tokens]`: the checks a Python `Workload` makes of its columns.
+    #[must_use]
+    pub fn in_range(&self, max_arrival_s: f64, max_tokens: u64) -> bool {
+        let lengths = |v: &[u64]| v.iter().all(|&x| (1..=max_tokens).contains(&x));
+        self.arrival_s
+            .iter()
+            .all(|&t| (0.0..=max_arrival_s).contains(&t))
+            && lengths(&self.prompt_tokens)
+            && lengths(&self.output_tokens)
+    }
+}
+
 /// `requests` requests of the chat workload arriving as a Poisson process of `rate` per
 /// second (`f64::INFINITY`: all at 0), as Python's `_chat_lengths` and the gaps after them
 /// draw them from `numpy.random.default_rng(seed)`.
@@ -101,4 +152,50 @@ fn arrivals(rng: &mut Generator, requests: usize, rate: f64) -> Vec<f64> {
             t
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn draws(arrival_s: Vec<f64>, prompt: Vec<u64>, output: Vec<u64>) -> ChatDraws {
+        ChatDraws {
+            arrival_s,
+            prompt_tokens: prompt,
+            output_tokens: output,
+        }
+    }
+
+    #[test]
+    fn figures_take_the_first_longest_output_and_exact_totals() {
+        let d = draws(vec![0.0; 4], vec![3, 9, 9, 1], vec![2, 7, 5, 7]);
+        let f = d.figures();
+        assert_eq!(
+            (f.longest_prompt, f.longest_output, f.longest_output_at),
+            (9, 7, 1)
+        );
+        assert_eq!((f.total_prompt, f.total_output), (22, 21));
+        let big = draws(vec![0.0; 2], vec![u64::MAX; 2], vec![u64::MAX; 2]);
+        assert_eq!(big.figures().total_output, 2 * u128::from(u64::MAX));
+        let none = draws(vec![], vec![], vec![]).figures();
+        assert_eq!(
+            (
+                none.longest_output,
+                none.longest_output_at,
+                none.total_output
+            ),
+            (0, 0, 0)
+        );
+    }
+
+    #[test]
+    fn in_range_is_the_workload_checks() {
+        let ok = draws(vec![0.0, 5.0], vec![1, 10], vec![10, 1]);
+        assert!(ok.in_range(5.0, 10));
+        assert!(!ok.in_range(4.9, 10));
+        assert!(!ok.in_range(5.0, 9));
+        assert!(!draws(vec![f64::NAN], vec![1], vec![1]).in_range(5.0, 10));
+        assert!(!draws(vec![-0.5], vec![1], vec![1]).in_range(5.0, 10));
+        assert!(!draws(vec![0.0], vec![0], vec![1]).in_range(5.0, 10));
+    }
 }
