@@ -1,12 +1,16 @@
 """What a run imports while the core's loop runs (``sim._lazy.import_meanwhile``): the
-modules it names, on another thread, only those not imported yet; and ``simulate
---quiet`` imports neither numpy nor rich before its loop, so both are imported meanwhile."""
+modules it names, on another thread, only those neither imported nor asked for yet, at the
+lowest priority when asked; ``simulate --quiet`` imports neither numpy nor rich before its
+loop, so both are imported meanwhile; and what a ``chunked-prefill`` process sets around
+its command (``_process.run_process``)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -42,9 +46,93 @@ def test_imports_the_missing_modules_on_another_thread() -> None:
     assert out.splitlines() == ["import wave False", "True"]
 
 
+def test_a_module_asked_for_twice_gets_one_thread() -> None:
+    out = _run(
+        """
+        import threading
+        from chunked_prefill.sim import _lazy
+
+        started = []
+
+        class Counted(threading.Thread):
+            def start(self):
+                started.append(self.name)
+                super().start()
+
+        _lazy.threading.Thread = Counted
+        _lazy.import_meanwhile("wave")
+        _lazy.import_meanwhile("wave", "colorsys")  # wave is asked for (or imported) already
+        for thread in threading.enumerate():
+            if thread.name.startswith("import "):
+                thread.join()
+        print(started)
+        """
+    )
+    assert out == "['import wave', 'import colorsys']"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's nice value is Linux's")
+def test_low_priority_imports_run_at_nice_19_and_leave_the_caller_alone(tmp_path: Path) -> None:
+    # The probe module records, as it is imported, the nice value of the thread importing it.
+    (tmp_path / "nice_probe.py").write_text(
+        "import os, threading\nNICE = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())\n"
+    )
+    out = _run(
+        f"""
+        import os, sys, threading
+        sys.path.insert(0, {str(tmp_path)!r})
+        from chunked_prefill.sim._lazy import import_meanwhile
+        before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        import_meanwhile("nice_probe", low_priority=True)
+        (thread,) = [t for t in threading.enumerate() if t.name == "import nice_probe"]
+        thread.join()
+        import nice_probe
+        after = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        print(before, nice_probe.NICE, after)
+        """
+    )
+    before, probe, after = (int(word) for word in out.split())
+    assert (probe, after) == (19, before)
+
+
+@pytest.mark.parametrize(("given", "seen"), [(None, "1"), ("4", "4")])
+def test_a_process_keeps_openblas_to_one_thread_and_freezes_what_it_allocated(
+    given: str | None, seen: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                """
+                import gc, os, sys
+                from chunked_prefill._process import run_process
+
+                def command():
+                    print(os.environ["OPENBLAS_NUM_THREADS"], gc.get_freeze_count() == 0)
+                    return 3
+
+                status = run_process(command)
+                print(status, gc.get_freeze_count() > 0)
+                """
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [seen, "True", "3", "True"]
+
+
 def test_quiet_simulate_imports_numpy_and_rich_while_its_loop_runs() -> None:
-    # Each call of import_meanwhile is seen with what was imported already: nothing of
-    # what it names, so both imports were left to the threads.
+    # The command line asks first, at low priority, for all the report needs, none of it
+    # imported yet; the run asks for numpy again (pending or imported by then).
     pytest.importorskip("chunked_prefill._core", reason="the core draws the workload")
     out = _run(
         """
@@ -54,9 +142,9 @@ def test_quiet_simulate_imports_numpy_and_rich_while_its_loop_runs() -> None:
         import chunked_prefill.sim.cli.simulate.serving as cli
         from chunked_prefill.cli import main
 
-        def spy(*names):
-            print(names, [name for name in names if name in sys.modules])
-            _lazy.import_meanwhile(*names)
+        def spy(*names, **options):
+            print(names, options, [name for name in names if name in sys.modules])
+            _lazy.import_meanwhile(*names, **options)
 
         run.import_meanwhile = cli.import_meanwhile = spy
         try:
@@ -67,5 +155,6 @@ def test_quiet_simulate_imports_numpy_and_rich_while_its_loop_runs() -> None:
         """
     )
     lines = out.splitlines()
-    assert lines[:2] == ["('rich.console',) []", "('numpy',) []"], out
+    assert lines[0] == "('numpy', 'rich.console', 'rich.table') {'low_priority': True} []", out
+    assert lines[1].startswith("('numpy',) {} "), out
     assert "TTFT" in out  # the report printed after them

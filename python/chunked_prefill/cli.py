@@ -18,9 +18,10 @@ from types import ModuleType
 from typing import IO, Any
 
 from ._args import U64_MAX, ArgumentParser, SubcommandParser, UsageError, int_flag, one_line
+from ._process import run_process
 from ._stop import stopping
 
-__all__ = ["build_parser", "iter_plan_rows", "main", "plan_rows"]
+__all__ = ["build_parser", "entry", "iter_plan_rows", "main", "plan_rows"]
 
 PlanRow = tuple[int, "int | None", int, int, bool, int]
 
@@ -266,9 +267,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``chunked-prefill`` console script (and ``python -m
-    chunked_prefill``); returns the exit status."""
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return the exit
+    status, as the ``chunked-prefill`` console script does in a process of its own
+    (:func:`entry`)."""
     return stopping("chunked-prefill", lambda: _main(argv))
+
+
+def entry() -> int:
+    """Entry point of the ``chunked-prefill`` console script and ``python -m
+    chunked_prefill``: :func:`main` as a whole process (:func:`~._process.run_process`)."""
+    return run_process(main)
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -290,4 +298,4 @@ def _command(args: argparse.Namespace, prog: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from .._process import run_process
 from .cli.simulate import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_process(main))

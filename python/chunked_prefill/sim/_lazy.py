@@ -6,7 +6,9 @@ run needs only after the core's loop while the loop runs."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -29,8 +31,14 @@ def lazy_exports(package: str, homes: Mapping[str, tuple[str, ...]]) -> Callable
     return __getattr__
 
 
-def import_meanwhile(*modules: str) -> None:
-    """Import ``modules`` (those not imported yet) on another thread, in order.
+_pending: set[str] = set()
+"""The modules an :func:`import_meanwhile` thread was started for (imported or not yet)."""
+_pending_lock = threading.Lock()
+
+
+def import_meanwhile(*modules: str, low_priority: bool = False) -> None:
+    """Import ``modules`` (those neither imported nor asked for already) on another
+    thread, in order.
 
     For a caller about to run the core's loop, which releases the GIL: a module it needs
     only after the loop (numpy for the records, rich for the report) is imported on a
@@ -38,10 +46,29 @@ def import_meanwhile(*modules: str) -> None:
     that exits early (the run refused or interrupted) waits for the import rather than
     freezing it halfway; whoever imports the module meanwhile waits on the import lock for
     this one.
+
+    ``low_priority`` (Linux; elsewhere ignored): the thread lowers its own CPU priority to
+    the lowest (nice 19), so the loop and its compactor thread keep the cores on a machine
+    with few of them and the imports take what they leave. Only for a process that owns
+    its threads (the command line): a thread started by these imports inherits the
+    priority (OpenBLAS's pool, which the command line keeps from starting).
     """
-    missing = [name for name in modules if name not in sys.modules]
+    with _pending_lock:
+        missing = [name for name in modules if name not in sys.modules and name not in _pending]
+        _pending.update(missing)
     if missing:
         threading.Thread(
-            target=lambda: [importlib.import_module(name) for name in missing],
+            target=_import_all,
+            args=(missing, low_priority),
             name="import " + ", ".join(missing),
         ).start()
+
+
+def _import_all(names: list[str], low_priority: bool) -> None:
+    if low_priority and sys.platform == "linux":
+        # Linux's nice value is per thread (setpriority(2), "BUGS"); elsewhere the id of a
+        # thread is no process's and the call is left out.
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    for name in names:
+        importlib.import_module(name)

@@ -121,8 +121,9 @@ def run_serving(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     err_console = None if args.quiet else pipe_console(stderr=True)
     show_progress = err_console is not None and err_console.is_terminal
-    if console is None:
-        import_meanwhile("rich.console")
+    # What the report needs after the runs is imported while they run, on what the loop
+    # leaves of the cores (the records' numpy first, then rich's console and table).
+    import_meanwhile("numpy", "rich.console", "rich.table", low_priority=True)
     results: list[SimResult] = []
     for spec in specs:
         name = f"{spec.name}: " if len(specs) > 1 else ""
