@@ -7,13 +7,14 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..runs.results import SimResult
 from .table import short_labels
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
     from matplotlib.figure import Figure
+
+    from ..runs.results import SimResult
 
 
 class PlotUnavailable(RuntimeError):

@@ -9,9 +9,12 @@ its latency targets.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from ..runs.results import SimResult
 from .table import short_labels
+
+if TYPE_CHECKING:
+    from ..runs.results import SimResult
 
 __all__ = ["DEFAULT_READING_ATTAINMENT", "overload_lines", "reading_line"]
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..runs.results import ServingStats, SimResult
-
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
+
+    from ..runs.results import ServingStats, SimResult
 
 
 _CONFIG_COLUMNS = (

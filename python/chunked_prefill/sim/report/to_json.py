@@ -7,10 +7,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..runs.results import SimResult
-
 if TYPE_CHECKING:
-    pass
+    from ..runs.results import SimResult
 
 
 def results_to_json(results: Sequence[SimResult], *, indent: int | None = 2) -> str:

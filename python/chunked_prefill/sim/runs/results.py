@@ -13,9 +13,7 @@ if TYPE_CHECKING:
     from ..engines.roofline import StepTimeModel
     from .steady import Steady
 
-
-DEFAULT_STALL_THRESHOLD_S = 0.1
-"""A TBT gap above this many seconds counts as a decode stall."""
+from .defaults import DEFAULT_STALL_THRESHOLD_S as DEFAULT_STALL_THRESHOLD_S  # re-exported
 
 
 @dataclass(frozen=True)

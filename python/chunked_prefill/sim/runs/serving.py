@@ -31,18 +31,14 @@ from ..engines.roofline import RooflineModel, StepTimeModel
 from ..engines.spec import memory_of
 from ..workload.tokens import TokenPlan
 from ..workload.types import Workload
+from .defaults import DEFAULT_DRAIN, DEFAULT_STALL_THRESHOLD_S, DEFAULT_WARMUP
 from .errors import StepLimitError
-from .results import DEFAULT_STALL_THRESHOLD_S, SimResult
 from .router import check_fleet
 from .serving_loop import SimLoopError, check_fits, run_loop
-from .steady import (
-    DEFAULT_DRAIN,
-    DEFAULT_WARMUP,
-)
-from .summary import summarise
 
 if TYPE_CHECKING:
     from .planner import ProgressCallback
+    from .results import SimResult
 
 __all__ = [
     "ServingSimConfig",
@@ -495,6 +491,10 @@ def _run_one(
     if "arrival_s" not in arrays:
         arrays["arrival_s"] = np.asarray(workload.arrival_s, dtype=np.float64)
         arrays["output_tokens"] = np.asarray(workload.output_tokens, dtype=np.uint64)
+    # The summary's modules (the results' dataclasses, numpy's users) are needed only now:
+    # a command line imports them while the loop runs.
+    from .summary import summarise
+
     result = summarise(workload, cfg, options, engine, raw, arrays, spec)
     assert result.serving is not None
     replica = arrays["replica"].astype(np.uint64, copy=False)

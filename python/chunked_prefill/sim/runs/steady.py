@@ -29,6 +29,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .defaults import DEFAULT_DRAIN, DEFAULT_WARMUP
+
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
@@ -44,10 +46,6 @@ __all__ = [
     "wilson_interval",
 ]
 
-DEFAULT_WARMUP = 0.1
-"""Fraction of requests, first arrivals, left out as warm-up."""
-DEFAULT_DRAIN = 0.1
-"""Fraction of requests, last arrivals, left out as drain."""
 OVERLOAD_TOLERANCE = 0.05
 """How far the served rate may fall below the offered rate before the run is overloaded:
 in a stable run the two differ only by the change in requests in the system between the

@@ -27,10 +27,9 @@ from typing import Any
 from .._check import boolean, check_callback, count, items, kind, real, show
 from ..engines.linear import DEFAULT_GPU_MEMORY_UTILIZATION, EngineModel
 from ..engines.spec import EngineSpec, engine_spec
-from ..runs.results import DEFAULT_STALL_THRESHOLD_S
+from ..runs.defaults import DEFAULT_DRAIN, DEFAULT_STALL_THRESHOLD_S, DEFAULT_WARMUP
 from ..runs.router import check_fleet
 from ..runs.serving import ServingSimConfig
-from ..runs.steady import DEFAULT_DRAIN, DEFAULT_WARMUP
 from ..workload.synthetic import DEFAULT_RATE
 from ..workload.types import Workload
 from .options import DEFAULT_ATTAINMENT, DEFAULT_PRECISION, RANK_BY

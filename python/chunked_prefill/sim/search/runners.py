@@ -25,9 +25,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from ..report.to_json import results_to_json
+from ..runs.defaults import DEFAULT_DRAIN, DEFAULT_WARMUP
 from ..runs.results import SimResult
 from ..runs.serving import simulate_serving
-from ..runs.steady import DEFAULT_DRAIN, DEFAULT_WARMUP
 from ..workload.synthetic import MAX_REQUESTS
 from ..workload.types import Workload
 from .space import RateWorkload, SearchPoint, SyntheticWorkload

@@ -12,7 +12,7 @@ from ...._args import (
 )
 from ...._output import check_output, check_outputs
 from ...report.plots import PLOT_HINT
-from ...runs.results import DEFAULT_STALL_THRESHOLD_S
+from ...runs.defaults import DEFAULT_STALL_THRESHOLD_S
 
 _SECONDS = float_flag(0.0, sys.float_info.max, what="seconds")
 

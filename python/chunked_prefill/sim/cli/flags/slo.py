@@ -8,7 +8,7 @@ import sys
 from ...._args import (
     float_flag,
 )
-from ...runs.steady import DEFAULT_DRAIN, DEFAULT_WARMUP
+from ...runs.defaults import DEFAULT_DRAIN, DEFAULT_WARMUP
 
 _SLO = float_flag(0.0, sys.float_info.max, low_open=True, what="seconds")
 

@@ -15,8 +15,8 @@ from typing import Any
 from ...._args import UsageError, float_flag, int_flag, list_of, memory_message, one_line, show
 from ...._stop import reader_gone, terminate_raises
 from ...report.plots import PLOT_HINT, PlotUnavailable
+from ...runs.defaults import DEFAULT_STALL_THRESHOLD_S
 from ...runs.errors import StepLimitError
-from ...runs.results import DEFAULT_STALL_THRESHOLD_S
 from ...runs.router import MAX_REPLICAS, ROUTERS
 from ...search.options import DEFAULT_ATTAINMENT, DEFAULT_PRECISION, RANK_BY
 from ...workload.synthetic import DEFAULT_RATE

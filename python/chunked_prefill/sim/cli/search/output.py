@@ -13,7 +13,7 @@ from typing import Any
 from ...._args import UsageError
 from ...engines.spec import EngineSpec
 from ...report.table import print_whole
-from ...runs.results import DEFAULT_STALL_THRESHOLD_S
+from ...runs.defaults import DEFAULT_STALL_THRESHOLD_S
 from ...search.space import RateWorkload
 from ...workload.types import Workload
 from ..flags.engine_specs import engine_specs

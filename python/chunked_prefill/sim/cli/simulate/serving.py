@@ -7,7 +7,7 @@ import argparse
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...._args import U64_MAX, UsageError
 from ...._stop import pipe_console
@@ -16,7 +16,6 @@ from ...engines.linear import KVMemory
 from ...engines.roofline import StepTimeModel
 from ...runs.backend import backend_name, resolve_backend
 from ...runs.errors import StepLimitError
-from ...runs.results import SimResult
 from ...runs.serving import ServingSimConfig, min_serving_steps, resolve_configs, simulate_serving
 from ...runs.serving_loop import check_fits
 from ...workload.types import Workload
@@ -26,6 +25,9 @@ from ..flags.fleet import fleet_of
 from ..flags.scheduler import serving_configs_from_args, serving_flags
 from ..flags.workload import workload_from_args
 from .console import output_console, print_pool, print_unfit, print_workload, report
+
+if TYPE_CHECKING:
+    from ...runs.results import SimResult
 
 
 def serving_backend(name: str) -> str:
@@ -122,8 +124,11 @@ def run_serving(args: argparse.Namespace) -> int:
     err_console = None if args.quiet else pipe_console(stderr=True)
     show_progress = err_console is not None and err_console.is_terminal
     # What the report needs after the runs is imported while they run, on what the loop
-    # leaves of the cores (the records' numpy first, then rich's console and table).
-    import_meanwhile("numpy", "rich.console", "rich.table", low_priority=True)
+    # leaves of the cores (the records' numpy and the summary's classes first, then rich's
+    # console and table).
+    import_meanwhile(
+        "numpy", "chunked_prefill.sim.runs.summary", "rich.console", "rich.table", low_priority=True
+    )
     results: list[SimResult] = []
     for spec in specs:
         name = f"{spec.name}: " if len(specs) > 1 else ""
