@@ -132,7 +132,7 @@ def test_a_process_keeps_openblas_to_one_thread_and_freezes_what_it_allocated(
 
 def test_quiet_simulate_imports_numpy_and_rich_while_its_loop_runs() -> None:
     # The command line asks first, at low priority, for all the report needs, none of it
-    # imported yet; the run asks for numpy again (pending or imported by then).
+    # imported yet; the run asks for numpy and the summary again (pending or imported by then).
     pytest.importorskip("chunked_prefill._core", reason="the core draws the workload")
     out = _run(
         """
@@ -157,5 +157,5 @@ def test_quiet_simulate_imports_numpy_and_rich_while_its_loop_runs() -> None:
     lines = out.splitlines()
     asked = ("numpy", "chunked_prefill.sim.runs.summary", "rich.console", "rich.table")
     assert lines[0] == f"{asked} {{'low_priority': True}} []", out
-    assert lines[1].startswith("('numpy',) {} "), out
+    assert lines[1].startswith("('numpy', 'chunked_prefill.sim.runs.summary') {} "), out
     assert "TTFT" in out  # the report printed after them

@@ -258,8 +258,9 @@ def _run_rust(
             engine.c_kv_s,
             engine.c_chunk_sq_s,
         )
-    # Nothing before the loop needs numpy when the core drew the workload; the records do.
-    import_meanwhile("numpy")
+    # Nothing before the loop needs numpy when the core drew the workload, nor the summary's
+    # modules (the results' dataclasses); the records need both.
+    import_meanwhile("numpy", f"{__package__}.summary")
     raw: dict[str, Any] = _core.simulate_serving(
         # The columns themselves, read into the core's vectors: a copy in bytes would live
         # as long as the run (24 MB a million requests).
