@@ -104,6 +104,58 @@ pub(crate) fn simulate_serving<'py>(
     router: &str,
 ) -> PyResult<Bound<'py, PyDict>> {
     let fleet = fleet(replicas, router)?;
+    let mut workload = workload_of(
+        (arrival_s, prompt_tokens, output_tokens),
+        priority,
+        known,
+        prefix_tokens,
+        (group, session),
+        (hash_block, hash_offsets, hash_ids),
+    )?;
+    let options = SimOptions {
+        config: ServingConfig {
+            num_blocks,
+            block_size,
+            token_budget,
+            chunk_size,
+            max_prefills_per_step,
+            max_running,
+            watermark,
+            prefix_caching,
+        },
+        engine: step_model(engine, roofline)?,
+        max_steps,
+    };
+    let mut signals = Signals::new(py)?;
+    let outcome = py.detach(|| {
+        run_fleet_until(&workload, &options, &fleet, &mut || {
+            handler_raised(&mut signals)
+        })
+    });
+    let outcome = outcome.map_err(|e| run_error(e, &mut signals))?;
+    let d = outcome_dict(py, outcome)?;
+    // The summary needs these two columns as arrays: read out of the caller's tuples again
+    // they would cost 3-4 ms each at 100 000 requests, a fiftieth of the run.
+    d.set_item(
+        "arrival_s",
+        take_bytes(py, &mut workload.arrival_s, f64::to_le_bytes)?,
+    )?;
+    let output = take_bytes(py, &mut workload.output_tokens, u64::to_le_bytes)?;
+    d.set_item("output_tokens", output)?;
+    Ok(d)
+}
+
+/// The workload of a run from its columns: the three columns every request has, and the
+/// optional ones as little-endian bytes (empty when the workload has none); the
+/// [`TokenPlan`]'s shape checked.
+fn workload_of(
+    (arrival_s, prompt_tokens, output_tokens): (Vec<f64>, Vec<u64>, Vec<u64>),
+    priority: &[u8],
+    known: &[u8],
+    prefix_tokens: u64,
+    (group, session): (&[u8], &[u8]),
+    (hash_block, hash_offsets, hash_ids): (u64, &[u8], &[u8]),
+) -> PyResult<Workload> {
     let n = arrival_s.len();
     for (name, len) in [
         ("prompt_tokens", prompt_tokens.len()),
@@ -116,7 +168,7 @@ pub(crate) fn simulate_serving<'py>(
         }
     }
     let optional = |len: usize| (len > 0).then_some(n);
-    let mut workload = Workload {
+    let workload = Workload {
         prompt_tokens,
         output_tokens,
         priority: words(
@@ -147,43 +199,19 @@ pub(crate) fn simulate_serving<'py>(
         arrival_s,
     };
     check_token_plan(&workload, known.len())?;
-    let options = SimOptions {
-        config: ServingConfig {
-            num_blocks,
-            block_size,
-            token_budget,
-            chunk_size,
-            max_prefills_per_step,
-            max_running,
-            watermark,
-            prefix_caching,
-        },
-        engine: step_model(engine, roofline)?,
-        max_steps,
-    };
-    let mut signals = Signals::new(py)?;
-    let outcome = py.detach(|| {
-        run_fleet_until(&workload, &options, &fleet, &mut || {
-            handler_raised(&mut signals)
-        })
-    });
-    let outcome = outcome.map_err(|e| match e {
+    Ok(workload)
+}
+
+/// The Python exception of a run's error: the signal handler's own when a handler stopped
+/// it, `MemoryError` when it ran out of memory, `ValueError` otherwise.
+fn run_error(e: SimError, signals: &mut Signals) -> PyErr {
+    match e {
         SimError::Interrupted { .. } => {
             (signals.error.take()).unwrap_or_else(|| PyValueError::new_err(e.to_string()))
         }
         SimError::OutOfMemory { .. } => PyMemoryError::new_err(e.to_string()),
         _ => PyValueError::new_err(e.to_string()),
-    })?;
-    let d = outcome_dict(py, outcome)?;
-    // The summary needs these two columns as arrays: read out of the caller's tuples again
-    // they would cost 3-4 ms each at 100 000 requests, a fiftieth of the run.
-    d.set_item(
-        "arrival_s",
-        take_bytes(py, &mut workload.arrival_s, f64::to_le_bytes)?,
-    )?;
-    let output = take_bytes(py, &mut workload.output_tokens, u64::to_le_bytes)?;
-    d.set_item("output_tokens", output)?;
-    Ok(d)
+    }
 }
 
 /// How often a run takes the GIL back to run signal handlers: well under a human's notice
