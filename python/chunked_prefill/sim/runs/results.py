@@ -6,14 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .defaults import DEFAULT_STALL_THRESHOLD_S as DEFAULT_STALL_THRESHOLD_S  # re-exported
+
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
     from ..engines.roofline import StepTimeModel
     from .steady import Steady
-
-from .defaults import DEFAULT_STALL_THRESHOLD_S as DEFAULT_STALL_THRESHOLD_S  # re-exported
 
 
 @dataclass(frozen=True)
