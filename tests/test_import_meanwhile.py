@@ -6,6 +6,7 @@ its command (``_process.run_process``)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -159,3 +160,26 @@ def test_quiet_simulate_imports_numpy_and_rich_while_its_loop_runs() -> None:
     assert lines[0] == f"{asked} {{'low_priority': True}} []", out
     assert lines[1].startswith("('numpy', 'chunked_prefill.sim.runs.summary') {} "), out
     assert "TTFT" in out  # the report printed after them
+
+
+def test_the_console_script_and_both_modules_run_their_command_as_a_process() -> None:
+    # The installed script names the process entry (run_process), not cli.main.
+    scripts = [
+        entry
+        for entry in importlib.metadata.entry_points(group="console_scripts")
+        if entry.name == "chunked-prefill"
+    ]
+    if scripts:  # not installed when only PYTHONPATH finds the package
+        assert [entry.value for entry in scripts] == ["chunked_prefill.cli:entry"]
+    pytest.importorskip("chunked_prefill._core", reason="the core draws the workload")
+    for module in ("chunked_prefill", "chunked_prefill.sim"):
+        argv = ["simulate"] if module == "chunked_prefill" else []
+        done = subprocess.run(
+            [sys.executable, "-m", module, *argv, "--requests", "50", "--quiet"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, (module, done.stderr)
+        assert "TTFT" in done.stdout, module
