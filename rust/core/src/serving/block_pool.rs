@@ -392,7 +392,7 @@ impl BlockPool {
             let block = self
                 .blocks
                 .get(id)
-                .ok_or(format!("queued block {id} untouched"))?;
+                .ok_or_else(|| format!("queued block {id} untouched"))?;
             if block.ref_count != 0 || in_queue[id] {
                 return Err(format!("block {id} queued twice or while held"));
             }
