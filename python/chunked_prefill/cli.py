@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from importlib import import_module
 from types import ModuleType
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from ._args import U64_MAX, ArgumentParser, SubcommandParser, UsageError, int_flag, one_line
 from ._process import run_process
@@ -273,10 +273,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return stopping("chunked-prefill", lambda: _main(argv))
 
 
-def entry() -> int:
+def entry() -> NoReturn:
     """Entry point of the ``chunked-prefill`` console script and ``python -m
-    chunked_prefill``: :func:`main` as a whole process (:func:`~._process.run_process`)."""
-    return run_process(main)
+    chunked_prefill``: :func:`main` as a whole process, which ends with its status
+    (:func:`~._process.run_process`)."""
+    run_process(main)
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -298,4 +299,4 @@ def _command(args: argparse.Namespace, prog: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(entry())
+    entry()
