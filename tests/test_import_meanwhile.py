@@ -28,46 +28,51 @@ def _run(script: str) -> str:
     return done.stdout.strip()
 
 
+# The threads import_meanwhile starts, kept as they start: one that already finished is
+# no longer in threading.enumerate().
+_RECORDED = """
+import threading
+from chunked_prefill.sim import _lazy
+
+started = []
+
+class Recorded(threading.Thread):
+    def start(self):
+        started.append(self)
+        super().start()
+
+_lazy.threading.Thread = Recorded
+"""
+
+
 def test_imports_the_missing_modules_on_another_thread() -> None:
     out = _run(
-        """
-        import sys, threading
-        from chunked_prefill.sim._lazy import import_meanwhile
-        assert "wave" not in sys.modules and "os" in sys.modules
-        before = threading.active_count()
-        import_meanwhile("os")  # imported already: no thread
-        assert threading.active_count() == before
-        import_meanwhile("os", "wave")
-        (thread,) = [t for t in threading.enumerate() if t.name.startswith("import ")]
-        print(thread.name, thread.daemon)
-        thread.join()
-        print("wave" in sys.modules)
-        """
+        _RECORDED
+        + """
+import sys
+assert "wave" not in sys.modules and "os" in sys.modules
+_lazy.import_meanwhile("os")  # imported already: no thread
+assert not started
+_lazy.import_meanwhile("os", "wave")
+(thread,) = started
+print(thread.name, thread.daemon)
+thread.join()
+print("wave" in sys.modules)
+"""
     )
     assert out.splitlines() == ["import wave False", "True"]
 
 
 def test_a_module_asked_for_twice_gets_one_thread() -> None:
     out = _run(
-        """
-        import threading
-        from chunked_prefill.sim import _lazy
-
-        started = []
-
-        class Counted(threading.Thread):
-            def start(self):
-                started.append(self.name)
-                super().start()
-
-        _lazy.threading.Thread = Counted
-        _lazy.import_meanwhile("wave")
-        _lazy.import_meanwhile("wave", "colorsys")  # wave is asked for (or imported) already
-        for thread in threading.enumerate():
-            if thread.name.startswith("import "):
-                thread.join()
-        print(started)
-        """
+        _RECORDED
+        + """
+_lazy.import_meanwhile("wave")
+_lazy.import_meanwhile("wave", "colorsys")  # wave is asked for (or imported) already
+for thread in started:
+    thread.join()
+print([thread.name for thread in started])
+"""
     )
     assert out == "['import wave', 'import colorsys']"
 
@@ -79,18 +84,18 @@ def test_low_priority_imports_run_at_nice_19_and_leave_the_caller_alone(tmp_path
         "import os, threading\nNICE = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())\n"
     )
     out = _run(
-        f"""
-        import os, sys, threading
-        sys.path.insert(0, {str(tmp_path)!r})
-        from chunked_prefill.sim._lazy import import_meanwhile
-        before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-        import_meanwhile("nice_probe", low_priority=True)
-        (thread,) = [t for t in threading.enumerate() if t.name == "import nice_probe"]
-        thread.join()
-        import nice_probe
-        after = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-        print(before, nice_probe.NICE, after)
-        """
+        _RECORDED
+        + f"""
+import os, sys
+sys.path.insert(0, {str(tmp_path)!r})
+before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+_lazy.import_meanwhile("nice_probe", low_priority=True)
+(thread,) = started
+thread.join()
+import nice_probe
+after = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+print(before, nice_probe.NICE, after)
+"""
     )
     before, probe, after = (int(word) for word in out.split())
     assert (probe, after) == (19, before)
@@ -125,7 +130,9 @@ def test_a_process_keeps_openblas_to_one_thread_unless_told(given: str | None, s
 
 def test_a_process_ends_with_its_status_after_what_an_exit_does_for_others() -> None:
     # Its threads waited for, its atexit handlers run, its buffered output (a pipe: stdout
-    # is block-buffered) written, then the command's status; nothing after run_process.
+    # is block-buffered without PYTHONUNBUFFERED) written, then the command's status;
+    # nothing after run_process.
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     done = _process(
         """
         import atexit, sys, threading, time
@@ -144,7 +151,8 @@ def test_a_process_ends_with_its_status_after_what_an_exit_does_for_others() -> 
 
         run_process(command)
         print("after")
-        """
+        """,
+        buffered,
     )
     assert (done.returncode, done.stdout, done.stderr) == (
         3,
@@ -219,3 +227,36 @@ def test_the_console_script_and_both_modules_run_their_command_as_a_process() ->
         )
         assert done.returncode == 0, (module, done.stderr)
         assert "TTFT" in done.stdout, module
+
+
+def test_a_process_without_stdout_or_a_reader_ends_with_its_status() -> None:
+    # Less than a pipe's buffer: written by the last flush, after the command.
+    script = """
+        from chunked_prefill._process import run_process
+        run_process(lambda: print("x" * 100) or 4)
+        """
+    # Started with stdout closed (Python makes it None): the command's status.
+    closed = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+        check=False,
+        close_fds=True,
+        preexec_fn=lambda: os.close(1),
+    )
+    assert closed.returncode == 4
+    # A reader that leaves before the last flush: as `| head`, not an error (stdout
+    # buffered, which PYTHONUNBUFFERED would undo).
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    reader = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=buffered,
+    )
+    assert reader.stdout is not None and reader.stderr is not None
+    reader.stdout.close()
+    assert reader.wait(timeout=120) == 0
+    assert reader.stderr.read() == b""

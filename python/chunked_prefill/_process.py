@@ -5,6 +5,7 @@ command's alone and ends with it."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import threading
@@ -48,8 +49,11 @@ def exit_now(status: int) -> NoReturn:
             thread.join()
     atexit._run_exitfuncs()
     try:
-        sys.stdout.flush()
+        if sys.stdout is not None:  # None: the process started without a stdout
+            sys.stdout.flush()
     except BrokenPipeError:
         status = 0
-    sys.stderr.flush()
+    if sys.stderr is not None:
+        with contextlib.suppress(OSError):  # nowhere left to say so
+            sys.stderr.flush()
     os._exit(status)
