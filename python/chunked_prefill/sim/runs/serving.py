@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from .results import SimResult
 
 __all__ = [
+    "RECORD_MODULES",
     "ServingSimConfig",
     "SimLoopError",
     "check_fits",
@@ -53,6 +54,10 @@ __all__ = [
 ]
 
 U64_MAX = 2**64 - 1
+
+RECORD_MODULES = ("numpy", f"{__package__}.summary")
+"""The modules a run's records need after the Rust loop and nothing before it needs (numpy,
+the summary and the results' dataclasses): imported while the loop runs."""
 
 
 @dataclass(frozen=True)
@@ -258,9 +263,7 @@ def _run_rust(
             engine.c_kv_s,
             engine.c_chunk_sq_s,
         )
-    # Nothing before the loop needs numpy when the core drew the workload, nor the summary's
-    # modules (the results' dataclasses); the records need both.
-    import_meanwhile("numpy", f"{__package__}.summary")
+    import_meanwhile(*RECORD_MODULES)
     raw: dict[str, Any] = _core.simulate_serving(
         # The columns themselves, read into the core's vectors: a copy in bytes would live
         # as long as the run (24 MB a million requests).

@@ -16,7 +16,13 @@ from ...engines.linear import KVMemory
 from ...engines.roofline import StepTimeModel
 from ...runs.backend import backend_name, resolve_backend
 from ...runs.errors import StepLimitError
-from ...runs.serving import ServingSimConfig, min_serving_steps, resolve_configs, simulate_serving
+from ...runs.serving import (
+    RECORD_MODULES,
+    ServingSimConfig,
+    min_serving_steps,
+    resolve_configs,
+    simulate_serving,
+)
 from ...runs.serving_loop import check_fits
 from ...workload.types import Workload
 from ..flags.engine import engine_specs_from_args
@@ -124,11 +130,8 @@ def run_serving(args: argparse.Namespace) -> int:
     err_console = None if args.quiet else pipe_console(stderr=True)
     show_progress = err_console is not None and err_console.is_terminal
     # What the report needs after the runs is imported while they run, on what the loop
-    # leaves of the cores (the records' numpy and the summary's classes first, then rich's
-    # console and table).
-    import_meanwhile(
-        "numpy", "chunked_prefill.sim.runs.summary", "rich.console", "rich.table", low_priority=True
-    )
+    # leaves of the cores (the records' modules first, then rich's console and table).
+    import_meanwhile(*RECORD_MODULES, "rich.console", "rich.table", low_priority=True)
     results: list[SimResult] = []
     for spec in specs:
         name = f"{spec.name}: " if len(specs) > 1 else ""
