@@ -143,10 +143,11 @@ def test_simulate_trace_of_huge_shared_prompts_is_one_error_line(
     assert child.returncode == 2, child.stderr
     prefix = "chunked-prefill simulate: error: "
     if column == "prefix_id":
-        # No --prefix-tokens: nothing shared, length-only prompts, whose blocks grow the
-        # pool's records a step at a time until they no longer fit.
-        assert child.stderr.startswith(prefix + "schedule(): a pool record for each of ")
-        assert child.stderr.endswith(" KV blocks in use does not fit in memory\n")
+        # No --prefix-tokens: nothing shared, length-only prompts, whose block table grows a
+        # chunk at a time, doubling, until it no longer fits (before the pool's records,
+        # 24 bytes a block to its 8, whose next doubling comes later).
+        assert child.stderr.startswith(prefix + "schedule(): the block table of request_id 0 (")
+        assert child.stderr.endswith(" blocks) does not fit in memory\n")
         assert child.stderr.count("\n") == 1
     else:
         assert child.stderr == prefix + PROMPT_ERROR.format(1099511627776) + "\n"

@@ -35,6 +35,11 @@ pub(super) type Entry = (Rank, usize);
 pub struct ServingScheduler {
     pub(super) config: ServingConfig,
     pub(super) watermark_blocks: usize,
+    /// The token budget in blocks, rounded up, and the most blocks one item can take (a
+    /// chunk's, and a partial one): the bounds of a step's allocations (see `step.rs`),
+    /// worked out once rather than by divisions every step.
+    pub(super) budget_blocks: usize,
+    pub(super) item_blocks: usize,
     pub(super) pool: BlockPool,
     pub(super) requests: Slab,
     /// Running requests sorted by rank, with their slots.
@@ -97,6 +102,10 @@ impl ServingScheduler {
         let group = Group::new(config.block_size);
         Ok(Self {
             watermark_blocks: config.watermark_blocks(),
+            budget_blocks: config.token_budget.div_ceil(config.block_size),
+            item_blocks: (config.chunk_size.min(config.token_budget))
+                .div_ceil(config.block_size)
+                .saturating_add(1),
             pool: BlockPool::new(config.num_blocks, config.block_size),
             config,
             requests: Slab::default(),
@@ -226,8 +235,8 @@ impl ServingScheduler {
     pub fn abort(&mut self, request_id: u64) -> Result<(), CoreError> {
         // Every member of the decode group has an item in a pending batch.
         let member = (self.requests.get(request_id)).is_some_and(Request::in_group);
-        let request = self.forget(request_id)?;
-        if self.pending && (request.item.is_some() || member) {
+        let item = self.forget(request_id)?;
+        if self.pending && (item.is_some() || member) {
             self.aborted_pending.insert(request_id);
         }
         Ok(())
@@ -284,11 +293,13 @@ impl ServingScheduler {
             .ok_or(CoreError::UnknownRequest { request_id })
     }
 
-    /// Stop tracking a request and free its blocks.
-    pub(super) fn forget(&mut self, request_id: u64) -> Result<Request, CoreError> {
+    /// Stop tracking a request and free its blocks; returns its item in the pending batch,
+    /// if it has one. The record is dropped in its slot: moved out, a request's few hundred
+    /// bytes were copied twice for every request a run finishes.
+    pub(super) fn forget(&mut self, request_id: u64) -> Result<Option<usize>, CoreError> {
         let unknown = || CoreError::UnknownRequest { request_id };
         let slot = self.requests.slot_of(request_id).ok_or_else(unknown)?;
-        let mut request = self.requests.remove(slot).ok_or_else(unknown)?;
+        let request = self.requests.at_mut(slot).ok_or_else(unknown)?;
         match request.state {
             RequestState::Running => {
                 let entry = (request.rank(), slot);
@@ -296,25 +307,22 @@ impl ServingScheduler {
                     self.running.remove(at);
                 }
                 if request.in_group() {
-                    self.group.leave(&mut request, slot, Keep::Counts); // its tokens go with it
+                    self.group.leave(request, slot, Keep::Counts); // its tokens go with it
                 } else if let Ok(at) = self.prefilling.binary_search(&entry) {
                     self.prefilling.remove(at);
                 }
-                let short = shortfall(&request, self.config.block_size);
+                let short = shortfall(request, self.config.block_size);
                 self.deficit = self.deficit.saturating_sub(short);
             }
             RequestState::Waiting => self.num_waiting -= 1,
         }
-        self.free_blocks(&mut request);
-        Ok(request)
-    }
-
-    /// Release a request's blocks from its last to its first.
-    pub(super) fn free_blocks(&mut self, request: &mut Request) {
+        // Last to first, as a preemption frees them.
         for &block in request.table.iter().rev() {
             self.pool.release(block);
         }
-        request.table.clear();
+        let item = request.item;
+        self.requests.discard(slot);
+        Ok(item)
     }
 
     // ------------------------------------------------------------------ counters

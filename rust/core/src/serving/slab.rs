@@ -38,12 +38,16 @@ impl Slab {
         slot
     }
 
-    /// Stop tracking the request in `slot`.
-    pub(super) fn remove(&mut self, slot: usize) -> Option<Request> {
-        let request = self.slots.get_mut(slot)?.take()?;
-        self.index.remove(&request.id);
-        self.free.push(slot);
-        Some(request)
+    /// Stop tracking the request in `slot`, dropping it where it lies.
+    pub(super) fn discard(&mut self, slot: usize) {
+        let Some(entry) = self.slots.get_mut(slot) else {
+            return;
+        };
+        if let Some(request) = entry {
+            self.index.remove(&request.id);
+            *entry = None;
+            self.free.push(slot);
+        }
     }
 
     /// The slot of request `id`, if tracked.

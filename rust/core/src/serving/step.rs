@@ -10,6 +10,7 @@ use super::counts::{blocks_for, chunk, full_blocks, shortfall, tokens_in};
 use super::group::Keep;
 use super::request::{Request, RequestState};
 use super::scheduler::ServingScheduler;
+use super::ServingConfig;
 use crate::CoreError;
 
 /// A step that may allocate at most this many blocks is planned without a reservation: its
@@ -68,8 +69,7 @@ impl ServingScheduler {
     /// [`CoreError::BatchPending`] while the previous batch awaits `update`.
     pub fn schedule(&mut self) -> Result<&Batch, CoreError> {
         self.plan_step(false)?;
-        self.pending_batch()
-            .ok_or(CoreError::BatchNotPending { got: 0 })
+        self.planned()
     }
 
     /// [`schedule`](Self::schedule) for a driver that reads only the shape of the decodes: the
@@ -82,8 +82,16 @@ impl ServingScheduler {
     /// As [`schedule`](Self::schedule).
     pub fn schedule_lean(&mut self) -> Result<&Batch, CoreError> {
         self.plan_step(true)?;
-        self.pending_batch()
-            .ok_or(CoreError::BatchNotPending { got: 0 })
+        self.planned()
+    }
+
+    /// The batch just planned. Not `ok_or`: its error would be built and dropped (a call)
+    /// every step, about 1 % of a simulation's instructions.
+    fn planned(&self) -> Result<&Batch, CoreError> {
+        match self.pending_batch() {
+            Some(batch) => Ok(batch),
+            None => Err(CoreError::BatchNotPending { got: 0 }),
+        }
     }
 
     /// [`schedule`](Self::schedule), returning the batch shared rather than borrowed (a
@@ -136,8 +144,6 @@ impl ServingScheduler {
     /// [`CoreError::OutOfMemory`], the scheduler as it was.
     fn reserve_step(&mut self) -> Result<(), CoreError> {
         let blocks = self.step_bound();
-        // An ordinary step costs no pass over the running requests: its tables grow by at
-        // most a few hundred kilobytes of ids in all.
         if blocks > ORDINARY_STEP {
             self.reserve_tables()?;
         }
@@ -155,7 +161,7 @@ impl ServingScheduler {
             });
         }
         if blocks <= ORDINARY_STEP {
-            return Ok(());
+            return self.reserve_growing_tables();
         }
         // Each id lands in its item's `new_blocks` and its request's table, which an
         // admission gives room for twice the blocks it holds (see `table_room`).
@@ -169,28 +175,37 @@ impl ServingScheduler {
     /// (a table that grows a step at a time doubles at its capacity, by then a large
     /// allocation of its own).
     fn reserve_tables(&mut self) -> Result<(), CoreError> {
-        let (bs, chunk_size) = (self.config.block_size, self.config.chunk_size);
-        let budget = self.config.token_budget;
         let clock = self.group.clock;
         for &(_, slot) in &self.running {
             let Some(request) = self.requests.at_mut(slot) else {
                 continue;
             };
-            let spare = request.table.capacity() - request.table.len();
-            let tokens = chunk(request.left(), chunk_size, budget);
-            let need = blocks_for(request.computed_at(clock) + tokens as u128, bs)
-                .saturating_sub(request.table.len());
-            if need > spare {
-                let id = request.id;
-                let len = request.table.len().saturating_add(need);
-                request
-                    .table
-                    .try_reserve(need)
-                    .map_err(|_| CoreError::OutOfMemory {
-                        what: format!(
-                            "schedule(): the block table of request_id {id} ({len} blocks)"
-                        ),
-                    })?;
+            let need = next_item_blocks(request, &self.config, clock);
+            try_grow_table(request, need)?;
+        }
+        Ok(())
+    }
+
+    /// [`reserve_tables`](Self::reserve_tables) in an ordinary step, without a pass over
+    /// the running requests: before admission (whose new tables are small) only the started
+    /// prefills and the decodes whose last block is full can be given blocks. A table's
+    /// growth, doubling, was the one allocation of such a step that could abort the process
+    /// (a prompt of 2**40 tokens, whose table outgrew the pool's records).
+    fn reserve_growing_tables(&mut self) -> Result<(), CoreError> {
+        let clock = self.group.clock;
+        for &(_, slot) in &self.prefilling {
+            let Some(request) = self.requests.at_mut(slot) else {
+                continue;
+            };
+            // Usually room enough for any item: no need to work out this one's.
+            if request.table.capacity() - request.table.len() < self.item_blocks {
+                let need = next_item_blocks(request, &self.config, clock);
+                try_grow_table(request, need)?;
+            }
+        }
+        for &(_, slot) in &self.group.needs_block {
+            if let Some(request) = self.requests.at_mut(slot) {
+                try_grow_table(request, 1)?;
             }
         }
         Ok(())
@@ -202,16 +217,15 @@ impl ServingScheduler {
     /// Cache hits are not counted: they are blocks the pool already holds.
     fn step_bound(&self) -> usize {
         let config = &self.config;
-        let bs = config.block_size;
-        let per_item = config.chunk_size.min(config.token_budget).div_ceil(bs) + 1;
         let admissions = (config.max_prefills_per_step)
             .min(config.max_running.saturating_sub(self.running.len()))
             .min(self.num_waiting);
         let items = self.running.len().saturating_add(admissions);
-        let coarse = config.token_budget.div_ceil(bs).saturating_add(items);
+        let coarse = self.budget_blocks.saturating_add(items);
         if coarse <= ORDINARY_STEP {
             return coarse;
         }
+        let (bs, per_item) = (config.block_size, self.item_blocks);
         // Rare (budgets of millions of tokens in small blocks): look at the requests.
         let mut running = 0_usize;
         for &(_, slot) in &self.running {
@@ -561,6 +575,25 @@ impl ServingScheduler {
         debug_assert!(self.batch.items.is_empty() && self.batch.preempted.is_empty());
         self.item_slots.clear();
     }
+}
+
+/// The blocks the next item of the running `request` can add to its table, at group clock
+/// `clock`: its next chunk's (or decode's) end, in blocks, beyond those it holds.
+fn next_item_blocks(request: &Request, config: &ServingConfig, clock: u64) -> usize {
+    let tokens = chunk(request.left(), config.chunk_size, config.token_budget);
+    let end = request.computed_at(clock) + tokens as u128;
+    blocks_for(end, config.block_size).saturating_sub(request.table.len())
+}
+
+/// Room in `request`'s block table for `more` blocks, or the error naming it.
+fn try_grow_table(request: &mut Request, more: usize) -> Result<(), CoreError> {
+    if request.table.capacity() - request.table.len() >= more {
+        return Ok(());
+    }
+    let (id, len) = (request.id, request.table.len().saturating_add(more));
+    (request.table.try_reserve(more)).map_err(|_| CoreError::OutOfMemory {
+        what: format!("schedule(): the block table of request_id {id} ({len} blocks)"),
+    })
 }
 
 /// Empty `batch`, keeping its buffers; its items' block lists go to `spare`.
