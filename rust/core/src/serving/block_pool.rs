@@ -46,9 +46,9 @@ enum Registration {
 }
 
 /// What allocating or freeing a touched block reads of it, 16 bytes: its stamp in `back`
-/// and a restored block's hash are kept apart, so that the records of a long run's
-/// scattered block ids take a third of the cache lines they did (a finished request frees
-/// dozens of them, and their misses were a third of a simulation's).
+/// and a restored block's hash are kept apart (the record was 40 bytes), so that fewer of
+/// a long run's scattered block ids miss the cache (a finished request frees dozens of
+/// them, and their misses were a third of a simulation's).
 #[derive(Debug, Clone)]
 struct Block {
     ref_count: usize,
@@ -130,7 +130,10 @@ impl BlockPool {
     /// has room for every hashed block already (see [`register`](Self::register)).
     pub(crate) fn try_reserve_fresh(&mut self, blocks: usize) -> Result<(), TryReserveError> {
         let untouched = self.num_blocks - self.fresh;
-        let spare = self.blocks.capacity() - self.blocks.len();
+        // The records and their stamps grow together; the smaller room counts (one of the
+        // two may have grown in a call that failed on the other).
+        let spare = (self.blocks.capacity() - self.blocks.len())
+            .min(self.stamps.capacity() - self.stamps.len());
         if let Some(more) = blocks.min(untouched).checked_sub(spare).filter(|&m| m > 0) {
             self.blocks.try_reserve(more)?;
             self.stamps.try_reserve(more)?;
