@@ -283,6 +283,14 @@ impl BlockPool {
         }
     }
 
+    /// Release a request's `table`, its last block first (as a request is freed, preempted
+    /// or finished).
+    pub(crate) fn release_table(&mut self, table: &[usize]) {
+        for &id in table.iter().rev() {
+            self.release(id);
+        }
+    }
+
     /// Register the held block `id` for `node`'s content, unless another block has it
     /// already (by content, or by its hash in a restored pool).
     pub(crate) fn register(&mut self, id: usize, node: NodeId) -> bool {

@@ -10,7 +10,8 @@
 //! visited at their events), its lane (`lane.rs`: its members in rank order, as a host's
 //! batch lists them) and its id log (`id_log.rs`: the ids a host gives its members, kept by
 //! slot until each takes its own); [`ServingScheduler`]'s state and request
-//! lifecycle, its step rule (`step.rs`), its `update` (`update.rs`) and invariant checks;
+//! lifecycle, its step rule (`step.rs`) and the memory a step is sure of before it is
+//! planned (`reserve.rs`), its `update` (`update.rs`) and invariant checks;
 //! [`Batch`], the plan of one step.
 //!
 //! # The rule of one step
@@ -37,6 +38,7 @@ mod invariants;
 mod lane;
 mod prefix_query;
 mod request;
+mod reserve;
 mod sampled;
 mod scheduler;
 mod slab;

@@ -36,7 +36,7 @@ pub struct ServingScheduler {
     pub(super) config: ServingConfig,
     pub(super) watermark_blocks: usize,
     /// The token budget in blocks, rounded up, and the most blocks one item can take (a
-    /// chunk's, and a partial one): the bounds of a step's allocations (see `step.rs`),
+    /// chunk's, and a partial one): the bounds of a step's allocations (see `reserve.rs`),
     /// worked out once rather than by divisions every step.
     pub(super) budget_blocks: usize,
     pub(super) item_blocks: usize,
@@ -316,10 +316,7 @@ impl ServingScheduler {
             }
             RequestState::Waiting => self.num_waiting -= 1,
         }
-        // Last to first, as a preemption frees them.
-        for &block in request.table.iter().rev() {
-            self.pool.release(block);
-        }
+        self.pool.release_table(&request.table);
         let item = request.item;
         self.requests.discard(slot);
         Ok(item)

@@ -10,12 +10,7 @@ use super::counts::{blocks_for, chunk, full_blocks, shortfall, tokens_in};
 use super::group::Keep;
 use super::request::{Request, RequestState};
 use super::scheduler::ServingScheduler;
-use super::ServingConfig;
 use crate::CoreError;
-
-/// A step that may allocate at most this many blocks is planned without a reservation: its
-/// ids take a few hundred kilobytes, ordinary allocations.
-const ORDINARY_STEP: usize = 1 << 14;
 
 /// What a step still has room for while it is planned.
 struct Room {
@@ -136,117 +131,6 @@ impl ServingScheduler {
         std::mem::swap(Arc::make_mut(&mut sealed), &mut self.batch);
         self.sealed = Some(sealed);
         Ok(())
-    }
-
-    /// Make sure the blocks this step may allocate fit in memory before anything changes:
-    /// their pool records are reserved, and the room their ids take in block tables and
-    /// items is tried (and given back). A step too large fails with
-    /// [`CoreError::OutOfMemory`], the scheduler as it was.
-    fn reserve_step(&mut self) -> Result<(), CoreError> {
-        let blocks = self.step_bound();
-        if blocks > ORDINARY_STEP {
-            self.reserve_tables()?;
-        }
-        let too_big = || CoreError::OutOfMemory {
-            what: format!("schedule(): a step of up to {blocks} KV blocks"),
-        };
-        // The pool's records grow a step at a time too, doubling at their capacity.
-        if self.pool.try_reserve_fresh(blocks).is_err() {
-            if blocks > ORDINARY_STEP {
-                return Err(too_big());
-            }
-            let touched = self.pool.touched();
-            return Err(CoreError::OutOfMemory {
-                what: format!("schedule(): a pool record for each of {touched} KV blocks in use"),
-            });
-        }
-        if blocks <= ORDINARY_STEP {
-            return self.reserve_growing_tables();
-        }
-        // Each id lands in its item's `new_blocks` and its request's table, which an
-        // admission gives room for twice the blocks it holds (see `table_room`).
-        let mut ids: Vec<usize> = Vec::new();
-        ids.try_reserve_exact(blocks.saturating_mul(3))
-            .map_err(|_| too_big())?;
-        Ok(())
-    }
-
-    /// Give each running request's block table room for the blocks its next item can take
-    /// (a table that grows a step at a time doubles at its capacity, by then a large
-    /// allocation of its own).
-    fn reserve_tables(&mut self) -> Result<(), CoreError> {
-        let clock = self.group.clock;
-        for &(_, slot) in &self.running {
-            let Some(request) = self.requests.at_mut(slot) else {
-                continue;
-            };
-            let need = next_item_blocks(request, &self.config, clock);
-            try_grow_table(request, need)?;
-        }
-        Ok(())
-    }
-
-    /// [`reserve_tables`](Self::reserve_tables) in an ordinary step, without a pass over
-    /// the running requests: before admission (whose new tables are small) only the started
-    /// prefills and the decodes whose last block is full can be given blocks. A table's
-    /// growth, doubling, was the one allocation of such a step that could abort the process
-    /// (a prompt of 2**40 tokens, whose table outgrew the pool's records).
-    fn reserve_growing_tables(&mut self) -> Result<(), CoreError> {
-        let clock = self.group.clock;
-        for &(_, slot) in &self.prefilling {
-            let Some(request) = self.requests.at_mut(slot) else {
-                continue;
-            };
-            // Usually room enough for any item: no need to work out this one's.
-            if request.table.capacity() - request.table.len() < self.item_blocks {
-                let need = next_item_blocks(request, &self.config, clock);
-                try_grow_table(request, need)?;
-            }
-        }
-        for &(_, slot) in &self.group.needs_block {
-            if let Some(request) = self.requests.at_mut(slot) {
-                try_grow_table(request, 1)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// At least the blocks the next step can allocate: every token of the budget in blocks
-    /// of its own plus one partial block per item, and, when that is large, the sum over
-    /// the running requests and the admissions the step allows of what each can take.
-    /// Cache hits are not counted: they are blocks the pool already holds.
-    fn step_bound(&self) -> usize {
-        let config = &self.config;
-        let admissions = (config.max_prefills_per_step)
-            .min(config.max_running.saturating_sub(self.running.len()))
-            .min(self.num_waiting);
-        let items = self.running.len().saturating_add(admissions);
-        let coarse = self.budget_blocks.saturating_add(items);
-        if coarse <= ORDINARY_STEP {
-            return coarse;
-        }
-        let (bs, per_item) = (config.block_size, self.item_blocks);
-        // Rare (budgets of millions of tokens in small blocks): look at the requests.
-        let mut running = 0_usize;
-        for &(_, slot) in &self.running {
-            if let Some(request) = self.requests.at(slot) {
-                let tokens = chunk(request.left(), config.chunk_size, config.token_budget);
-                let end = request.computed_at(self.group.clock) + tokens as u128;
-                let need = blocks_for(end, bs).saturating_sub(request.table.len());
-                running = running.saturating_add(need);
-            }
-        }
-        let (mut waiting_sum, mut waiting_most) = (0_usize, 0_usize);
-        if admissions > 0 {
-            let waiting = self.requests.values();
-            for request in waiting.filter(|r| r.state == RequestState::Waiting) {
-                let need = blocks_for(request.num_tokens(), bs).min(per_item);
-                waiting_sum = waiting_sum.saturating_add(need);
-                waiting_most = waiting_most.max(need);
-            }
-        }
-        let admitted = admissions.saturating_mul(waiting_most).min(waiting_sum);
-        coarse.min(running.saturating_add(admitted))
     }
 
     /// Pass 1: each decode, in rank order, gets 1 token (and a block when its last one is
@@ -430,9 +314,7 @@ impl ServingScheduler {
         }
         let short = shortfall(request, block_size);
         self.deficit = self.deficit.saturating_sub(short);
-        for &block in request.table.iter().rev() {
-            self.pool.release(block);
-        }
+        self.pool.release_table(&request.table);
         request.table.clear();
         request.num_computed = 0;
         request.num_preemptions += 1;
@@ -575,25 +457,6 @@ impl ServingScheduler {
         debug_assert!(self.batch.items.is_empty() && self.batch.preempted.is_empty());
         self.item_slots.clear();
     }
-}
-
-/// The blocks the next item of the running `request` can add to its table, at group clock
-/// `clock`: its next chunk's (or decode's) end, in blocks, beyond those it holds.
-fn next_item_blocks(request: &Request, config: &ServingConfig, clock: u64) -> usize {
-    let tokens = chunk(request.left(), config.chunk_size, config.token_budget);
-    let end = request.computed_at(clock) + tokens as u128;
-    blocks_for(end, config.block_size).saturating_sub(request.table.len())
-}
-
-/// Room in `request`'s block table for `more` blocks, or the error naming it.
-fn try_grow_table(request: &mut Request, more: usize) -> Result<(), CoreError> {
-    if request.table.capacity() - request.table.len() >= more {
-        return Ok(());
-    }
-    let (id, len) = (request.id, request.table.len().saturating_add(more));
-    (request.table.try_reserve(more)).map_err(|_| CoreError::OutOfMemory {
-        what: format!("schedule(): the block table of request_id {id} ({len} blocks)"),
-    })
 }
 
 /// Empty `batch`, keeping its buffers; its items' block lists go to `spare`.
