@@ -45,13 +45,19 @@ enum Registration {
     Hash,
 }
 
-/// What allocating or freeing a touched block reads of it, 16 bytes: its stamp in `back`
+/// What sharing or freeing a touched block reads of it, 16 bytes: its stamp in `back`
 /// and a restored block's hash are kept apart (the record was 40 bytes), so that fewer of
 /// a long run's scattered block ids miss the cache (a finished request frees dozens of
 /// them, and their misses were a third of a simulation's).
+///
+/// It counts the owners beyond the first, so that a free block and a block with one owner
+/// read alike: taking a block from `front` (unhashed, unshared) writes nothing, and while
+/// no block is hashed or shared a table is freed without reading its blocks' records at all
+/// (see [`release_table`](BlockPool::release_table)).
 #[derive(Debug, Clone)]
 struct Block {
-    ref_count: usize,
+    /// Owners beyond the first while held; 0 while free.
+    shares: usize,
     registration: Registration,
 }
 
@@ -79,6 +85,9 @@ pub(crate) struct BlockPool {
     /// Blocks registered (hashed), held or free: `back` keeps room for twice as many and
     /// [`STALE_SLACK`] (see [`register`](Self::register)).
     registered: usize,
+    /// The owners beyond the first, summed over the blocks (every block's `shares`): a
+    /// block is shared only through a cache hit, so this stays 0 while nothing is hashed.
+    shares: usize,
     /// The first untouched id (`blocks.len()`).
     fresh: usize,
     /// Blocks registered by hash alone (restored from an export, until a lookup names their
@@ -118,6 +127,7 @@ impl BlockPool {
             back_len: 0,
             next_stamp: 0,
             registered: 0,
+            shares: 0,
             fresh: 0,
             by_hash: HashMap::default(),
             tree: ContentTree::new(num_blocks, block_size),
@@ -153,8 +163,12 @@ impl BlockPool {
         self.front.len() + (self.num_blocks - self.fresh) + self.back_len
     }
 
-    pub(crate) fn ref_count(&self, block: usize) -> usize {
-        self.blocks.get(block).map_or(0, |b| b.ref_count)
+    /// Whether the hashed block `id` (a cache hit) is free: a hashed free block is in
+    /// `back`, with its stamp.
+    pub(crate) fn is_free_hashed(&self, id: usize) -> bool {
+        self.stamps
+            .get(id)
+            .is_some_and(|&stamp| stamp != NOT_QUEUED)
     }
 
     /// The node of `ids` under `parent` (see [`ContentTree::intern`]).
@@ -194,22 +208,22 @@ impl BlockPool {
 
     /// Take the head of the free queue for a new owner; its old hash is forgotten.
     pub(crate) fn allocate(&mut self) -> Option<usize> {
-        let id = if let Some(id) = self.front.pop() {
-            id
-        } else if self.fresh < self.num_blocks {
+        // A block of `front` or an untouched one has no hash: its record reads as held.
+        if let Some(id) = self.front.pop() {
+            return Some(id);
+        }
+        if self.fresh < self.num_blocks {
             let id = self.fresh;
             self.blocks.push(Block {
-                ref_count: 0,
+                shares: 0,
                 registration: Registration::None,
             });
             self.stamps.push(NOT_QUEUED);
             self.fresh += 1;
-            id
-        } else {
-            self.pop_back_head()?
-        };
+            return Some(id);
+        }
+        let id = self.pop_back_head()?;
         let block = &mut self.blocks[id];
-        block.ref_count = 1;
         let registration = std::mem::replace(&mut block.registration, Registration::None);
         self.registered -= usize::from(!matches!(registration, Registration::None));
         match registration {
@@ -229,18 +243,14 @@ impl BlockPool {
     pub(crate) fn allocate_into(&mut self, count: usize, out: &mut Vec<usize>) -> usize {
         let from_front = count.min(self.front.len());
         let keep = self.front.len() - from_front;
-        for id in self.front.drain(keep..).rev() {
-            let block = &mut self.blocks[id];
-            debug_assert!(block.ref_count == 0 && block.registration == Registration::None);
-            block.ref_count = 1;
-            out.push(id);
-        }
+        // Unhashed and unshared: their records read as held already.
+        out.extend(self.front.drain(keep..).rev());
         // Untouched ones next, in id order (`try_reserve_fresh` made room for their records).
         let from_fresh = (count - from_front).min(self.num_blocks - self.fresh);
         let fresh = self.fresh..self.fresh + from_fresh;
         if from_fresh > 0 {
             self.blocks.extend(fresh.clone().map(|_| Block {
-                ref_count: 1,
+                shares: 0,
                 registration: Registration::None,
             }));
             self.stamps.extend(fresh.clone().map(|_| NOT_QUEUED));
@@ -262,18 +272,21 @@ impl BlockPool {
     /// Share a cached block with one more owner, taking it out of the free queue if it was
     /// free (then it is in `back`: a cached block is hashed).
     pub(crate) fn take_hit(&mut self, id: usize) {
-        if self.blocks[id].ref_count == 0 {
+        if self.is_free_hashed(id) {
             self.unlink(id);
+        } else {
+            self.blocks[id].shares += 1;
+            self.shares += 1;
         }
-        self.blocks[id].ref_count += 1;
     }
 
     /// Drop one owner; a block left without owners goes to the tail of the free queue if it
     /// has a hash (it stays findable, evicted last), to the head otherwise.
     pub(crate) fn release(&mut self, id: usize) {
         let block = &mut self.blocks[id];
-        block.ref_count -= 1;
-        if block.ref_count > 0 {
+        if block.shares > 0 {
+            block.shares -= 1;
+            self.shares -= 1;
             return;
         }
         if !matches!(block.registration, Registration::None) {
@@ -286,6 +299,12 @@ impl BlockPool {
     /// Release a request's `table`, its last block first (as a request is freed, preempted
     /// or finished).
     pub(crate) fn release_table(&mut self, table: &[usize]) {
+        if self.registered == 0 && self.shares == 0 {
+            // Each block has this one owner and no hash: it goes to the head, its record
+            // untouched (reading them was a third of a simulation's cache misses).
+            self.front.extend(table.iter().rev());
+            return;
+        }
         for &id in table.iter().rev() {
             self.release(id);
         }
@@ -357,10 +376,11 @@ impl BlockPool {
         pool.back
             .try_reserve_exact(2 * held.len() + STALE_SLACK + 1)?;
         pool.registered = hashes.len();
-        pool.blocks.extend(held.iter().map(|&ref_count| Block {
-            ref_count,
+        pool.blocks.extend(held.iter().map(|&owners| Block {
+            shares: owners.saturating_sub(1),
             registration: Registration::None,
         }));
+        pool.shares = held.iter().map(|&owners| owners.saturating_sub(1)).sum();
         pool.stamps.resize(held.len(), NOT_QUEUED);
         pool.restored.resize(held.len(), BlockHash::default());
         pool.fresh = held.len();
@@ -423,7 +443,7 @@ impl BlockPool {
                 .blocks
                 .get(id)
                 .ok_or_else(|| format!("queued block {id} untouched"))?;
-            if block.ref_count != 0 || in_queue[id] {
+            if block.shares != 0 || in_queue[id] {
                 return Err(format!("block {id} queued twice or while held"));
             }
             if queued < self.front.len() && block.registration != Registration::None {
@@ -448,16 +468,21 @@ impl BlockPool {
         if queued != self.front.len() + self.back_len || stamped != self.back_len {
             return Err("free list lengths disagree with the lists".into());
         }
+        let shares: usize = self.blocks.iter().map(|b| b.shares).sum();
+        if shares != self.shares {
+            return Err(format!(
+                "{shares} shares of blocks, {} counted",
+                self.shares
+            ));
+        }
         for (id, block) in self.blocks.iter().enumerate() {
             let holders = owners.get(&id).copied().unwrap_or(0);
-            if block.ref_count != holders {
+            // A queued block is free (its `shares` is 0, checked above), any other held.
+            let ref_count = if in_queue[id] { 0 } else { block.shares + 1 };
+            if ref_count != holders {
                 return Err(format!(
-                    "block {id}: ref_count {} but {holders} holders",
-                    block.ref_count
+                    "block {id}: {ref_count} owners but {holders} holders"
                 ));
-            }
-            if (block.ref_count == 0) != in_queue[id] {
-                return Err(format!("block {id} neither free nor held, or both"));
             }
             match block.registration {
                 Registration::Hash if self.by_hash.get(&self.restored[id]) != Some(&id) => {
@@ -545,7 +570,7 @@ mod tests {
         };
         for round in 0..20_000 {
             let held_ids: Vec<usize> = held.keys().copied().collect();
-            match next(4) {
+            match next(5) {
                 0 => {
                     // One block, or up to four at once (the same ids, in the same order).
                     let count = next(5);
@@ -573,7 +598,9 @@ mod tests {
                 }
                 2 if !held_ids.is_empty() => {
                     let id = held_ids[next(held_ids.len() as u64)];
-                    pool.release(id);
+                    // A table of one block: freed without reading records while nothing
+                    // is hashed or shared.
+                    pool.release_table(&[id]);
                     let owners = held.get_mut(&id).map(|n| {
                         *n -= 1;
                         *n
@@ -588,6 +615,14 @@ mod tests {
                         } else {
                             front.push(id);
                         }
+                    }
+                }
+                3 => {
+                    // A cache hit on a held hashed block: one more owner.
+                    let hashed = |&&id: &&usize| pool.blocks[id].registration != Registration::None;
+                    if let Some(&id) = held_ids.iter().find(hashed) {
+                        pool.take_hit(id);
+                        *held.entry(id).or_default() += 1;
                     }
                 }
                 _ if !back.is_empty() => {
@@ -609,7 +644,41 @@ mod tests {
             );
             // Within the room `try_reserve_fresh` keeps.
             assert!(pool.back.len() <= 2 * pool.fresh + STALE_SLACK + 1);
+            if round % 500 == 0 {
+                assert_eq!(pool.check(&held), Ok(()), "round {round}");
+            }
         }
         assert_eq!(pool.check(&held), Ok(()));
+    }
+
+    /// Tables freed whole, with nothing hashed (their records unread) and then with a
+    /// shared hashed block: the queue of one block at a time either way.
+    #[test]
+    fn a_table_is_freed_as_its_blocks_one_by_one() -> Result<(), TryReserveError> {
+        let mut pool = BlockPool::new(16, 1);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        pool.allocate_into(4, &mut a);
+        pool.allocate_into(3, &mut b);
+        pool.release_table(&a);
+        assert_eq!(pool.free_queue().take(4).collect::<Vec<_>>(), [0, 1, 2, 3]);
+        assert_eq!(pool.check(&HashMap::from([(4, 1), (5, 1), (6, 1)])), Ok(()));
+        // Block 5 hashed and shared by a second owner: the slow path.
+        let node = pool.intern(None, 0, &[5]);
+        assert!(pool.register(5, node));
+        pool.take_hit(5);
+        assert!(!pool.is_free_hashed(5));
+        assert_eq!(pool.check(&HashMap::from([(4, 1), (5, 2), (6, 1)])), Ok(()));
+        pool.release_table(&b);
+        assert_eq!(pool.free_queue().take(3).collect::<Vec<_>>(), [4, 6, 0]);
+        assert_eq!(pool.check(&HashMap::from([(5, 1)])), Ok(()));
+        pool.release_table(&[5]);
+        assert!(pool.is_free_hashed(5));
+        assert_eq!(pool.free_queue().last(), Some(5));
+        assert_eq!(pool.check(&HashMap::new()), Ok(()));
+        // A restored pool counts the owners beyond the first.
+        let restored = BlockPool::restore(&[2, 0, 1], 1, &[1], &[])?;
+        assert_eq!(restored.shares, 1);
+        assert_eq!(restored.check(&HashMap::from([(0, 2), (2, 1)])), Ok(()));
+        Ok(())
     }
 }

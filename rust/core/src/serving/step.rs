@@ -231,7 +231,7 @@ impl ServingScheduler {
         if self.config.prefix_caching {
             cached_prefix(&mut self.pool, request, block_size, hits, &mut self.ids);
         }
-        let free_hits = hits.iter().filter(|&&b| self.pool.ref_count(b) == 0);
+        let free_hits = hits.iter().filter(|&&b| self.pool.is_free_hashed(b));
         let free = (self.pool.num_free() - free_hits.count()) as u128;
         let all_blocks = blocks_for(request.num_tokens(), block_size);
         let own_need = (all_blocks - hits.len()) as u128;
