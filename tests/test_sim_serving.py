@@ -95,6 +95,26 @@ def test_rust_and_pure_loops_agree_on_the_roofline(name: str) -> None:
         assert json.loads(results_to_json(rust))[0]["engine"]["kind"] == "roofline"
 
 
+@pytest.mark.parametrize("block_size", [4099, 8192])
+def test_blocks_longer_than_the_fill_wheel_agree(block_size: int) -> None:
+    # The decode group's wheel has 4 096 buckets: a 4 099-token block's next fill moves to
+    # another bucket, an 8 192-token block's waits a turn in its own; under preemption.
+    workload = Workload(
+        (0.0, 0.0, 0.1, 0.2, 0.3),
+        (3000, 5000, 100, 9000, 4100),
+        (9000, 6000, 12000, 5000, 8200),
+    )
+    config = ServingSimConfig(block_size=block_size, chunk_size=2048, token_budget=4096)
+    blocks = 12 if block_size < 8192 else 6
+    rust, pure = (
+        simulate_serving(workload, config, num_blocks=blocks, backend=b, engine=ONE_SECOND)[0]
+        for b in ("rust", "pure")
+    )
+    assert results_to_json([rust]) == results_to_json([pure])
+    assert np.array_equal(rust.tbt_gaps, pure.tbt_gaps)
+    assert rust.serving is not None and rust.serving.preemptions > 0
+
+
 def test_pressure_preempts_and_prefixes_hit() -> None:
     # The identity test must see the memory model at work, not a trivial run.
     (pressure,) = simulate_serving(WORKLOADS["pressure"][0], ServingSimConfig(), num_blocks=700)
