@@ -1,5 +1,5 @@
-//! [`BlockPool`]: KV-cache blocks, their reference counts and prefix-cache registrations,
-//! and the free queue.
+//! [`BlockPool`]: KV-cache blocks, their owner counts and prefix-cache registrations, and
+//! the free queue.
 //!
 //! It knows nothing of requests: callers hold block ids and hand them back, and name block
 //! contents by their nodes in the pool's [`ContentTree`]. A block is registered ("has a
