@@ -257,7 +257,8 @@ def test_an_interrupt_leaves_a_usable_or_refusing_scheduler(name: str) -> None:
     run = Run(mod, seed=21, max_delay=200e-6 if mod is P else 40e-6)
     # The twin must be caught half-way through an update a few times (about one interrupt
     # in three lands there); the Rust backend never is.
-    run.go(interrupts=400, min_broken=3 if mod is P else 0, max_ops=40_000)
+    # A cap, not a target: a loaded machine lands fewer of its interrupts inside the calls.
+    run.go(interrupts=400, min_broken=3 if mod is P else 0, max_ops=400_000)
     assert run.interrupts >= 400
     if mod is P:
         assert run.broken >= 3

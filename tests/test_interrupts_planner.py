@@ -188,7 +188,8 @@ class Run:
 def test_an_interrupt_leaves_a_usable_or_refusing_planner(name: str) -> None:
     mod = BACKENDS[name]
     run = Run(mod, seed=21, max_delay=100e-6 if mod is P else 30e-6)
-    run.go(interrupts=300, min_broken=3 if mod is P else 0, max_ops=40_000)
+    # A cap, not a target: a loaded machine lands fewer of its interrupts inside the calls.
+    run.go(interrupts=300, min_broken=3 if mod is P else 0, max_ops=400_000)
     assert run.interrupts >= 300
     if mod is P:
         assert run.broken >= 3
@@ -206,7 +207,9 @@ def test_an_interrupted_advance_is_done_or_not_and_leaves_nothing_behind(name: s
     state = mod.PrefillChunkState(1, 10**12)
     interrupts = 0
     with alarm.installed():
-        for _ in range(20_000):
+        # Until 300 interrupts landed inside advance(): between 1 try in 15 and 1 in 100 on
+        # this 2-core VM (a CI run stopped at 256 in 20 000, the cap until then).
+        for _ in range(400_000):
             before = state.processed_tokens
             done, _ = alarm.run(lambda: state.advance(3))
             after = state.processed_tokens
