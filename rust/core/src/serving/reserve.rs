@@ -104,9 +104,7 @@ impl ServingScheduler {
         let mut running = 0_usize;
         for &(_, slot) in &self.running {
             if let Some(request) = self.requests.at(slot) {
-                let tokens = chunk(request.left(), config.chunk_size, config.token_budget);
-                let end = request.computed_at(self.group.clock) + tokens as u128;
-                let need = blocks_for(end, bs).saturating_sub(request.table.len());
+                let need = next_item_blocks(request, config, self.group.clock);
                 running = running.saturating_add(need);
             }
         }
