@@ -31,6 +31,7 @@ mod block_pool;
 mod config;
 mod content_tree;
 mod counts;
+mod decode_step;
 mod group;
 mod hash;
 mod id_log;
@@ -48,6 +49,7 @@ mod update;
 
 pub use batch::{Batch, BatchItem};
 pub use config::ServingConfig;
+pub(crate) use decode_step::DecodeStep;
 pub use hash::{block_hash, root_hash, BlockHash};
 pub use request::{Prompt, RequestState, RequestView};
 pub use sampled::SampledTokens;

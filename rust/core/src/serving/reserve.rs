@@ -24,19 +24,7 @@ impl ServingScheduler {
         if blocks > ORDINARY_STEP {
             self.reserve_tables()?;
         }
-        let too_big = || CoreError::OutOfMemory {
-            what: format!("schedule(): a step of up to {blocks} KV blocks"),
-        };
-        // The pool's records grow a step at a time too, doubling at their capacity.
-        if self.pool.try_reserve_fresh(blocks).is_err() {
-            if blocks > ORDINARY_STEP {
-                return Err(too_big());
-            }
-            let touched = self.pool.touched();
-            return Err(CoreError::OutOfMemory {
-                what: format!("schedule(): a pool record for each of {touched} KV blocks in use"),
-            });
-        }
+        self.reserve_pool(blocks)?;
         if blocks <= ORDINARY_STEP {
             return self.reserve_growing_tables();
         }
@@ -44,8 +32,33 @@ impl ServingScheduler {
         // admission gives room for twice the blocks it holds (see `table_room`).
         let mut ids: Vec<usize> = Vec::new();
         ids.try_reserve_exact(blocks.saturating_mul(3))
-            .map_err(|_| too_big())?;
+            .map_err(|_| too_big(blocks))?;
         Ok(())
+    }
+
+    /// [`reserve_step`](Self::reserve_step) for a step that only decodes (nobody waiting,
+    /// no prefill running): it takes at most a block for each member whose last block is
+    /// full, which is all it reserves (the bound of any step, a budget's worth, is not
+    /// worked out).
+    pub(super) fn reserve_decode_step(&mut self) -> Result<(), CoreError> {
+        self.reserve_pool(self.group.needs_block.len())?;
+        self.reserve_decode_tables()
+    }
+
+    /// The pool's records for `blocks` blocks taken from the untouched ones (they grow a
+    /// step at a time too, doubling at their capacity).
+    #[inline(always)]
+    fn reserve_pool(&mut self, blocks: usize) -> Result<(), CoreError> {
+        if self.pool.try_reserve_fresh(blocks).is_ok() {
+            return Ok(());
+        }
+        if blocks > ORDINARY_STEP {
+            return Err(too_big(blocks));
+        }
+        let touched = self.pool.touched();
+        Err(CoreError::OutOfMemory {
+            what: format!("schedule(): a pool record for each of {touched} KV blocks in use"),
+        })
     }
 
     /// Give each running request's block table room for the blocks its next item can take
@@ -76,7 +89,13 @@ impl ServingScheduler {
             &self.config,
             clock,
         )?;
-        // A decode's next item takes one block: no need to work it out (a division).
+        self.reserve_decode_tables()
+    }
+
+    /// Room in the table of each decode whose last block is full for the one block its
+    /// next item takes (no need to work it out: a division).
+    #[inline(always)]
+    fn reserve_decode_tables(&mut self) -> Result<(), CoreError> {
         for &(_, slot) in &self.group.needs_block {
             if let Some(request) = self.requests.at_mut(slot) {
                 try_grow_table(request, 1)?;
@@ -152,6 +171,13 @@ fn next_item_blocks(request: &Request, config: &ServingConfig, clock: u64) -> us
     let tokens = chunk(request.left(), config.chunk_size, config.token_budget);
     let end = request.computed_at(clock) + tokens as u128;
     blocks_for(end, config.block_size).saturating_sub(request.table.len())
+}
+
+/// The error of a step of up to `blocks` blocks that does not fit in memory.
+fn too_big(blocks: usize) -> CoreError {
+    CoreError::OutOfMemory {
+        what: format!("schedule(): a step of up to {blocks} KV blocks"),
+    }
 }
 
 /// Room in `request`'s block table for `more` blocks, or the error naming it.

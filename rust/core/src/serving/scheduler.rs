@@ -73,6 +73,9 @@ pub struct ServingScheduler {
     /// The slot of each item's request, parallel to `batch.items`.
     pub(super) item_slots: Vec<usize>,
     pub(super) pending: bool,
+    /// The pending step is a decode-only one planned without a batch
+    /// ([`schedule_decodes`](Self::schedule_decodes)).
+    pub(super) decodes_pending: bool,
     /// Ids aborted while they had an item in the pending batch.
     pub(super) aborted_pending: HashSet<u64, DefaultHashBuilder>,
     pub(super) num_preemptions: u128,
@@ -124,6 +127,7 @@ impl ServingScheduler {
             retired: None,
             spare_arc: None,
             pending: false,
+            decodes_pending: false,
             aborted_pending: HashSet::default(),
             num_preemptions: 0,
             num_cached_tokens: 0,
@@ -371,7 +375,9 @@ impl ServingScheduler {
     /// The batch awaiting `update`, if any.
     #[must_use]
     pub fn pending_batch(&self) -> Option<&Batch> {
-        self.sealed.as_deref().filter(|_| self.pending)
+        self.sealed
+            .as_deref()
+            .filter(|_| self.pending && !self.decodes_pending)
     }
 
     /// The step index of the last batch planned (0 before the first).

@@ -182,6 +182,12 @@ impl ServingScheduler {
                 step_index: batch.step_index(),
             });
         }
+        if self.decodes_pending {
+            // A decode-only step planned without a batch (the simulator's).
+            return Err(CoreError::StateBatchPending {
+                step_index: self.step_index - 1,
+            });
+        }
         let mut requests: Vec<&Request> = self.requests.values().collect();
         requests.sort_unstable_by_key(|request| request.seq);
         let clock = self.group.clock;

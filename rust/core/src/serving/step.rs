@@ -13,12 +13,12 @@ use super::scheduler::ServingScheduler;
 use crate::CoreError;
 
 /// What a step still has room for while it is planned.
-struct Room {
-    budget: usize,
-    prefills: usize,
+pub(super) struct Room {
+    pub(super) budget: usize,
+    pub(super) prefills: usize,
     /// The decode group's tokens are taken from `budget` (after pass 1): a member preempted
     /// later gives its token back.
-    decodes_counted: bool,
+    pub(super) decodes_counted: bool,
 }
 
 /// The longest chain of cached full blocks of `request`, leaving at least one token to
@@ -137,7 +137,7 @@ impl ServingScheduler {
     /// full), preempting the worst-ranked running requests for that block if needed. The
     /// decodes are the decode group's members: only those whose last block is full are
     /// visited, in rank order; the others' tokens are counted.
-    fn plan_decodes(&mut self, room: &mut Room, lean: bool) {
+    pub(super) fn plan_decodes(&mut self, room: &mut Room, lean: bool) {
         let mut needs = std::mem::take(&mut self.group.needs_block);
         needs.sort_unstable();
         for &(rank, slot) in &needs {

@@ -276,7 +276,7 @@ impl ServingScheduler {
     /// Apply the decode group's events due at this tick, in rank order, a request's fill
     /// before its finish: a filled block is registered and asks for the next, a finished
     /// member is freed and forgotten.
-    fn apply_group_events(&mut self) {
+    pub(super) fn apply_group_events(&mut self) {
         let mut fills = std::mem::take(&mut self.fills);
         fills.clear();
         (self.group).due_fills(&self.requests, self.config.block_size, &mut fills);

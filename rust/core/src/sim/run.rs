@@ -24,7 +24,9 @@ use super::router::{outstanding, Fleet, Router};
 use super::step::StepModel;
 use super::tokens::{record_samples, Recorder, Sampled, StepGaps, Track};
 use super::workload::Workload;
-use crate::serving::{Prompt, SampledTokens, ServingConfig, ServingScheduler, TokenIds};
+use crate::serving::{
+    DecodeStep, Prompt, SampledTokens, ServingConfig, ServingScheduler, TokenIds,
+};
 use crate::CoreError;
 
 /// What a run needs beside the workload.
@@ -82,6 +84,38 @@ struct Replica {
     silent: Vec<usize>,
 }
 
+impl Replica {
+    /// Close its step `step`, which ended at `end`: its step count, and the blocks it holds
+    /// now in `fleet_used` (the fleet's blocks in use).
+    #[inline(always)]
+    fn close_step(&mut self, step: u64, end: f64, fleet_used: &mut u64) {
+        self.gaps.completed = step + 1;
+        self.gaps.last_end = end;
+        let num_blocks = self.sched.config().num_blocks;
+        let held = (num_blocks - self.sched.num_free_blocks()) as u64;
+        *fleet_used = *fleet_used - self.held + held;
+        self.held = held;
+    }
+}
+
+/// Record that the requests `finished` did at step `step` of a replica (`gaps`), which
+/// ended at `end`; returns how many. Inlined: it runs every step, mostly over none.
+#[inline(always)]
+fn record_finished(
+    finished: &[u64],
+    gaps: &StepGaps,
+    (step, end): (u64, f64),
+    tracks: &mut [Track],
+    out: &mut Outcome,
+) -> usize {
+    for &id in finished {
+        let i = id as usize;
+        tracks[i].stop(gaps, step, end, out, i);
+        out.finish[i] = end;
+    }
+    finished.len()
+}
+
 /// A planned step, until it ends.
 #[derive(Clone, Copy)]
 struct Flight {
@@ -90,6 +124,8 @@ struct Flight {
     duration: f64,
     /// Blocks in use in it.
     used: u64,
+    /// The decode tokens of a decode-only step planned without a batch.
+    decodes: Option<usize>,
 }
 
 /// How many ticks (events, routed requests) pass between two calls of the stop hook of
@@ -412,6 +448,16 @@ impl Loop<'_> {
         }
         let replica = &mut self.replicas[r];
         let num_blocks = replica.sched.config().num_blocks;
+        match replica.sched.schedule_decodes() {
+            Ok(Some(step)) => {
+                self.start_decodes(r, step, num_blocks);
+                return Ok(());
+            }
+            Ok(None) => {}
+            Err(CoreError::OutOfMemory { what }) => return Err(SimError::OutOfMemory { what }),
+            Err(_) => return Ok(()),
+        }
+        let replica = &mut self.replicas[r];
         // Decodes are counted, not listed: their known tokens come from the plan (above).
         let planned = replica.sched.schedule_lean();
         let batch = match planned {
@@ -468,9 +514,34 @@ impl Loop<'_> {
             end: start + duration,
             duration,
             used,
+            decodes: None,
         });
         self.started += 1;
         Ok(())
+    }
+
+    /// Put replica `r`'s decode-only `step` in flight (as [`start`](Self::start) a lean
+    /// batch of decodes alone).
+    fn start_decodes(&mut self, r: usize, step: DecodeStep, num_blocks: usize) {
+        let replica = &mut self.replicas[r];
+        replica.chunks.clear();
+        let shape = StepShape {
+            decode_tokens: step.decodes as u64,
+            decode_context_tokens: step.context_tokens,
+            ..StepShape::default()
+        };
+        let duration = self.engine.step_time(&shape);
+        let used = (num_blocks - step.free_blocks) as u64;
+        self.fleet_used = self.fleet_used - replica.held + used;
+        replica.held = used;
+        replica.flight = Some(Flight {
+            step_index: step.step_index,
+            end: self.now + duration,
+            duration,
+            used,
+            decodes: Some(step.decodes),
+        });
+        self.started += 1;
     }
 
     /// Complete replica `r`'s step in flight: record it, sample its tokens, report it back.
@@ -479,6 +550,11 @@ impl Loop<'_> {
         let Some(flight) = replica.flight.take() else {
             return;
         };
+        if let Some(decodes) = flight.decodes {
+            self.complete_decodes(r, flight, decodes);
+            return;
+        }
+        let replica = &mut self.replicas[r];
         let Some(batch) = replica.sched.pending_batch() else {
             return;
         };
@@ -512,7 +588,9 @@ impl Loop<'_> {
         }
         let (decodes, listed) = record_samples(
             Sampled {
-                batch,
+                decodes: batch.num_decode_tokens(),
+                lean: batch.is_lean(),
+                sampling_ids: batch.sampling_ids(),
                 step,
                 end,
                 prompts: &wl.prompt_tokens,
@@ -537,18 +615,46 @@ impl Loop<'_> {
             TokenIds::Aligned(&self.sampled)
         };
         if let Ok(finished) = replica.sched.update_step(flight.step_index, ids, &[]) {
-            for &id in finished {
-                let i = id as usize;
-                self.tracks[i].stop(&replica.gaps, step, end, &mut self.out, i);
-                self.out.finish[i] = end;
-                self.done += 1;
-            }
+            let at = (step, end);
+            self.done += record_finished(finished, &replica.gaps, at, &mut self.tracks, out);
         }
-        replica.gaps.completed = step + 1;
-        replica.gaps.last_end = end;
-        let num_blocks = replica.sched.config().num_blocks;
-        let held = (num_blocks - replica.sched.num_free_blocks()) as u64;
-        self.fleet_used = self.fleet_used - replica.held + held;
-        replica.held = held;
+        replica.close_step(step, end, &mut self.fleet_used);
+    }
+
+    /// Complete replica `r`'s decode-only step in flight (as [`complete`](Self::complete)
+    /// a lean batch of `decodes` alone).
+    fn complete_decodes(&mut self, r: usize, flight: Flight, decodes: usize) {
+        let replica = &mut self.replicas[r];
+        let out = &mut self.out;
+        let end = flight.end;
+        out.kv(flight.used, self.fleet_used, flight.duration, end);
+        out.steps += 1;
+        out.decode_tokens += decodes as u64;
+        let step = replica.gaps.completed;
+        record_samples(
+            Sampled {
+                decodes,
+                lean: true,
+                sampling_ids: &[],
+                step,
+                end,
+                prompts: &self.workload.prompt_tokens,
+            },
+            Recorder {
+                replica_gaps: &mut replica.gaps,
+                replica_silent: &mut replica.silent,
+                chunks: &replica.chunks,
+                sched: &replica.sched,
+            },
+            &mut self.tracks,
+            &mut self.silent_now,
+            &mut self.gaps,
+            out,
+        );
+        replica.load -= decodes as u128; // a token sampled by each
+        let finished = replica.sched.update_decodes();
+        let at = (step, end);
+        self.done += record_finished(finished, &replica.gaps, at, &mut self.tracks, out);
+        replica.close_step(step, end, &mut self.fleet_used);
     }
 }

@@ -12,7 +12,7 @@
 
 use super::gap_runs::GapRun;
 use super::metrics::Outcome;
-use crate::serving::{Batch, ServingScheduler};
+use crate::serving::ServingScheduler;
 
 /// What the loop follows of one request, 32 bytes of the run's memory per request. Its last
 /// token's time and its longest gap so far live in the outcome's `finish` and `max_gap`,
@@ -126,7 +126,11 @@ impl StepGaps {
 
 /// What a completed step sampled.
 pub(super) struct Sampled<'a> {
-    pub(super) batch: &'a Batch,
+    /// The step's decode tokens, and whether its batch was lean (listed none of them).
+    pub(super) decodes: usize,
+    pub(super) lean: bool,
+    /// The batch's sampling ids (the decodes' first unless lean, then the prefills').
+    pub(super) sampling_ids: &'a [u64],
     /// The step's index on its replica, and when it ended.
     pub(super) step: u64,
     pub(super) end: f64,
@@ -166,17 +170,15 @@ pub(super) fn record_samples(
             r.replica_silent.push(i);
         }
     }
-    let decodes = s.batch.num_decode_tokens();
+    let decodes = s.decodes;
     let run = (decodes - scratch.len()) as u64;
     if run > 0 {
         let gap = s.end - r.replica_gaps.last_end;
         runs.add(gap, run);
         r.replica_gaps.push(s.step, gap);
     }
-    let listed = if s.batch.is_lean() { 0 } else { decodes };
-    let prefills = s.batch.sampling_ids()[listed..]
-        .iter()
-        .map(|&id| id as usize);
+    let listed = if s.lean { 0 } else { decodes };
+    let prefills = s.sampling_ids[listed..].iter().map(|&id| id as usize);
     for i in scratch.iter().copied().chain(prefills) {
         let track = &mut tracks[i];
         track.sampled(s.end, runs, out, i);
