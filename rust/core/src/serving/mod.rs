@@ -49,7 +49,6 @@ mod update;
 
 pub use batch::{Batch, BatchItem};
 pub use config::ServingConfig;
-pub(crate) use decode_step::DecodeStep;
 pub use hash::{block_hash, root_hash, BlockHash};
 pub use request::{Prompt, RequestState, RequestView};
 pub use sampled::SampledTokens;

@@ -24,9 +24,7 @@ use super::router::{outstanding, Fleet, Router};
 use super::step::StepModel;
 use super::tokens::{record_samples, Recorder, Sampled, StepGaps, Track};
 use super::workload::Workload;
-use crate::serving::{
-    DecodeStep, Prompt, SampledTokens, ServingConfig, ServingScheduler, TokenIds,
-};
+use crate::serving::{Prompt, SampledTokens, ServingConfig, ServingScheduler, TokenIds};
 use crate::CoreError;
 
 /// What a run needs beside the workload.
@@ -446,18 +444,11 @@ impl Loop<'_> {
                 requests: self.workload.len(),
             });
         }
-        let replica = &mut self.replicas[r];
-        let num_blocks = replica.sched.config().num_blocks;
-        match replica.sched.schedule_decodes() {
-            Ok(Some(step)) => {
-                self.start_decodes(r, step, num_blocks);
-                return Ok(());
-            }
-            Ok(None) => {}
-            Err(CoreError::OutOfMemory { what }) => return Err(SimError::OutOfMemory { what }),
-            Err(_) => return Ok(()),
+        if self.start_decodes(r)? {
+            return Ok(());
         }
         let replica = &mut self.replicas[r];
+        let num_blocks = replica.sched.config().num_blocks;
         // Decodes are counted, not listed: their known tokens come from the plan (above).
         let planned = replica.sched.schedule_lean();
         let batch = match planned {
@@ -520,10 +511,21 @@ impl Loop<'_> {
         Ok(())
     }
 
-    /// Put replica `r`'s decode-only `step` in flight (as [`start`](Self::start) a lean
-    /// batch of decodes alone).
-    fn start_decodes(&mut self, r: usize, step: DecodeStep, num_blocks: usize) {
+    /// Put replica `r`'s next step in flight without a batch if it only decodes (as
+    /// [`start`](Self::start) a lean batch of decodes alone); `false` if it does more.
+    ///
+    /// # Errors
+    ///
+    /// [`SimError::OutOfMemory`] as `start`'s.
+    fn start_decodes(&mut self, r: usize) -> Result<bool, SimError> {
         let replica = &mut self.replicas[r];
+        let step = match replica.sched.schedule_decodes() {
+            Ok(Some(step)) => step,
+            Ok(None) => return Ok(false),
+            Err(CoreError::OutOfMemory { what }) => return Err(SimError::OutOfMemory { what }),
+            Err(_) => return Ok(true), // nothing planned, as `start` leaves a refused plan
+        };
+        let num_blocks = replica.sched.config().num_blocks;
         replica.chunks.clear();
         let shape = StepShape {
             decode_tokens: step.decodes as u64,
@@ -542,6 +544,7 @@ impl Loop<'_> {
             decodes: Some(step.decodes),
         });
         self.started += 1;
+        Ok(true)
     }
 
     /// Complete replica `r`'s step in flight: record it, sample its tokens, report it back.
