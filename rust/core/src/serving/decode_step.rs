@@ -45,12 +45,7 @@ impl ServingScheduler {
         self.reserve_decode_step()?;
         let step_index = self.step_index;
         self.step_index += 1;
-        let mut room = Room {
-            budget: self.config.token_budget,
-            prefills: 0,
-            decodes_counted: false,
-        };
-        self.plan_decodes(&mut room, true);
+        self.plan_decodes(&mut Room::new(self.config.token_budget), true);
         self.group.lane.switch_off();
         self.pending = true;
         self.decodes_pending = true;
@@ -70,13 +65,7 @@ impl ServingScheduler {
         self.group.log.skip(self.group.clock);
         self.group.tick();
         self.apply_group_events();
-        if self.pool.wants_collect() {
-            let used = self
-                .requests
-                .values()
-                .flat_map(|r| r.nodes().iter().copied());
-            self.pool.collect(used);
-        }
+        self.collect_content();
         self.pending = false;
         self.decodes_pending = false;
         self.aborted_pending.clear();

@@ -14,11 +14,22 @@ use crate::CoreError;
 
 /// What a step still has room for while it is planned.
 pub(super) struct Room {
-    pub(super) budget: usize,
-    pub(super) prefills: usize,
+    budget: usize,
+    prefills: usize,
     /// The decode group's tokens are taken from `budget` (after pass 1): a member preempted
     /// later gives its token back.
-    pub(super) decodes_counted: bool,
+    decodes_counted: bool,
+}
+
+impl Room {
+    /// A step's room before it is planned: the whole token `budget`.
+    pub(super) fn new(budget: usize) -> Self {
+        Self {
+            budget,
+            prefills: 0,
+            decodes_counted: false,
+        }
+    }
 }
 
 /// The longest chain of cached full blocks of `request`, leaving at least one token to
@@ -112,11 +123,7 @@ impl ServingScheduler {
         self.recycle_batch();
         self.batch.step_index = self.step_index;
         self.step_index += 1;
-        let mut room = Room {
-            budget: self.config.token_budget,
-            prefills: 0,
-            decodes_counted: false,
-        };
+        let mut room = Room::new(self.config.token_budget);
         self.plan_decodes(&mut room, lean);
         if !self.prefilling.is_empty() {
             self.plan_started_prefills(&mut room);

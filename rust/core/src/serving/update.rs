@@ -145,19 +145,26 @@ impl ServingScheduler {
             }
         }
         self.item_slots = slots;
+        self.collect_content();
+        self.pending = false;
+        self.aborted_pending.clear();
+        self.given.clear();
+        self.finished_set.clear();
+        Ok(&self.finished_out)
+    }
+
+    /// Free the content nodes no request's chain and no registered block needs any more,
+    /// once the content tree has grown enough for it (the end of every `update`). Inlined:
+    /// mostly a check, every step.
+    #[inline(always)]
+    pub(super) fn collect_content(&mut self) {
         if self.pool.wants_collect() {
-            // Content nodes no request's chain and no registered block needs any more.
             let used = self
                 .requests
                 .values()
                 .flat_map(|r| r.nodes().iter().copied());
             self.pool.collect(used);
         }
-        self.pending = false;
-        self.aborted_pending.clear();
-        self.given.clear();
-        self.finished_set.clear();
-        Ok(&self.finished_out)
     }
 
     /// The checks of `update` on `token_ids` and `finished`; fills `given` and
