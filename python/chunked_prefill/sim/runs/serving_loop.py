@@ -1,6 +1,6 @@
 """The reference loop: the serving simulation in plain Python over the pure twin.
 
-It does what ``rust/core/src/sim/run.rs`` does, one token at a time and with the same
+It does what ``rust/core/src/sim/run/`` does, one token at a time and with the same
 floating-point operations in the same order, so both give identical records (and the
 same ``--json``). It is the specification the fast loop is tested against, not a path
 for large runs.
@@ -136,7 +136,7 @@ class _Replica:
 
 
 class _Fleet:
-    """The loop's state between events (as ``Loop`` in ``run.rs``)."""
+    """The loop's state between events (as ``Loop`` in ``run/mod.rs``)."""
 
     def __init__(
         self,
