@@ -59,12 +59,16 @@ impl GapRun {
     /// gaps merged.
     pub(super) fn finish(mut self) -> Vec<(f64, u64)> {
         self.flush();
+        let last = std::mem::take(&mut self.batch);
+        // The last batch goes the way of the others: the thread's last compaction takes it,
+        // rather than a second one here while the loop waits (2 ms in 100 000 requests).
         let mut runs = match self.compactor.take() {
-            Some(compactor) => compactor.finish(),
-            None => Runs::default(),
+            Some(compactor) => compactor.finish_with(last),
+            None => Runs::from(last),
         };
-        runs.take(&mut self.batch);
-        runs.compact();
+        if runs.new_runs() > 0 {
+            runs.compact(); // taken in place (no thread)
+        }
         runs.runs.shrink_to_fit();
         runs.runs
     }
@@ -130,8 +134,11 @@ impl Compactor {
         full
     }
 
-    /// The runs of every batch handed over.
-    fn finish(mut self) -> Runs {
+    /// The runs of every batch handed over and of `last`.
+    fn finish_with(mut self, last: Vec<(f64, u64)>) -> Runs {
+        if !last.is_empty() {
+            let _ = self.hand_over(last);
+        }
         self.to = None; // ends the thread's loop
         match self.thread.take().map(JoinHandle::join) {
             Some(Ok(runs)) => runs,
@@ -154,6 +161,16 @@ struct Runs {
 
 /// Runs below which the list simply grows.
 const COMPACT_FROM: usize = 1 << 12;
+
+impl From<Vec<(f64, u64)>> for Runs {
+    /// `runs`, not yet in canonical form.
+    fn from(runs: Vec<(f64, u64)>) -> Self {
+        Self {
+            runs,
+            ..Self::default()
+        }
+    }
+}
 
 impl Runs {
     /// Runs added since the list was last put in canonical form.
