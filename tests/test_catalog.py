@@ -27,7 +27,7 @@ from chunked_prefill.sim.catalog import (
 )
 from chunked_prefill.sim.cli.engines import REFERENCE_CAPTION
 from chunked_prefill.sim.engine import GIB
-from chunked_prefill.sim.engines.gpus import MI300X_GEMM_CLOCK
+from chunked_prefill.sim.engines.gpus import MI300X_GEMM_CLOCK, MI300X_GEMM_HALF_TOKENS
 
 
 def _write(tmp_path: Path, doc: Any, name: str = "config.json") -> Path:
@@ -103,6 +103,42 @@ def test_mi300x_runs_its_gemms_at_amds_measured_clock() -> None:
     assert gpu.gemm_efficiency / a100.gemm_efficiency == pytest.approx(MI300X_GEMM_CLOCK)
     assert gpu.attention_efficiency / a100.attention_efficiency == pytest.approx(0.575, rel=1e-3)
     assert gpu.weight_read_efficiency == a100.weight_read_efficiency  # bound by memory
+
+
+AITER_MI300X = Path(__file__).parent.parent / "examples" / "aiter" / "mi300x_a8w8_gemm.csv"
+
+
+def _gemm_errors(half_tokens: float) -> list[float]:
+    """Relative errors of the roofline's linear-layer time with ``half_tokens`` against AMD's
+    tuned 8-bit GEMM times on the MI300X (``examples/aiter``), the shapes up to 2 048 tokens."""
+    gpu = GPUS["mi300x"]
+    flops = gpu.fp8_peak_flops * gpu.gemm_efficiency
+    reads = gpu.hbm_bandwidth * gpu.weight_read_efficiency
+    errors = []
+    for line in AITER_MI300X.read_text().splitlines()[1:]:
+        m, n, k, us = (float(v) for v in line.split(","))
+        if m <= 2048:
+            read = n * k / reads + gpu.gemv_latency_s
+            predicted = max(read, 2 * n * k * (m + half_tokens) / flops)
+            errors.append(predicted / (us * 1e-6) - 1)
+    return errors
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def test_mi300x_gemms_reach_half_their_efficiency_at_the_fitted_tokens() -> None:
+    # The preset's value is the one AMD's tuned GEMM times fit best (median error).
+    assert GPUS["mi300x"].gemm_half_tokens == MI300X_GEMM_HALF_TOKENS
+    fit = {h: _median([abs(e) for e in _gemm_errors(h)]) for h in range(60, 301, 2)}
+    assert min(fit, key=fit.__getitem__) == MI300X_GEMM_HALF_TOKENS
+    assert fit[174] < 0.13
+    # The A100's 64 tokens: every time a quarter short.
+    assert _median(_gemm_errors(64)) < -0.25
+    assert _median([abs(e) for e in _gemm_errors(64)]) > 0.25
 
 
 def test_gpu_presets_have_their_fp8_peak() -> None:
