@@ -27,7 +27,11 @@ from chunked_prefill.sim.catalog import (
 )
 from chunked_prefill.sim.cli.engines import REFERENCE_CAPTION
 from chunked_prefill.sim.engine import GIB
-from chunked_prefill.sim.engines.gpus import MI300X_GEMM_CLOCK, MI300X_GEMM_HALF_TOKENS
+from chunked_prefill.sim.engines.gpus import (
+    H100_GEMM_HALF_TOKENS,
+    MI300X_GEMM_CLOCK,
+    MI300X_GEMM_HALF_TOKENS,
+)
 
 
 def _write(tmp_path: Path, doc: Any, name: str = "config.json") -> Path:
@@ -139,6 +143,37 @@ def test_mi300x_gemms_reach_half_their_efficiency_at_the_fitted_tokens() -> None
     # The A100's 64 tokens: every time a quarter short.
     assert _median(_gemm_errors(64)) < -0.25
     assert _median([abs(e) for e in _gemm_errors(64)]) > 0.25
+
+
+VIDUR_H100 = Path(__file__).parent.parent / "examples" / "vidur" / "h100_llama2_7b_mlp.csv"
+
+
+def _layer_errors(half_tokens: float) -> list[float]:
+    """Relative errors of the roofline's time for one Llama-2-7B layer (its linear layers and
+    small kernels) with ``half_tokens`` against Vidur's H100 profile of it."""
+    gpu = GPUS["h100-sxm"]
+    params = 4 * 4096**2 + 3 * 4096 * 11008
+    lines = [ln for ln in VIDUR_H100.read_text().splitlines() if not ln.startswith("#")]
+    errors = []
+    for line in lines[1:]:
+        tokens, *ops = (float(v) for v in line.split(","))
+        reads = 2 * params / (gpu.hbm_bandwidth * gpu.weight_read_efficiency)
+        read = reads + 4 * gpu.gemv_latency_s
+        compute = 2 * params * (tokens + half_tokens) / (gpu.peak_flops * gpu.gemm_efficiency)
+        predicted = gpu.layer_overhead_s + max(read, compute)
+        errors.append(predicted / (sum(ops) * 1e-3) - 1)
+    return errors
+
+
+def test_h100_gemms_reach_half_their_efficiency_at_the_fitted_tokens() -> None:
+    # The value Vidur's H100 profile fits best with the preset's other factors; the H200 has
+    # the same compute, the other Hopper parts keep the A100's 64.
+    assert GPUS["h100-sxm"].gemm_half_tokens == GPUS["h200"].gemm_half_tokens
+    assert GPUS["h100-sxm"].gemm_half_tokens == H100_GEMM_HALF_TOKENS
+    assert GPUS["h20"].gemm_half_tokens == GPUS["a100-80gb"].gemm_half_tokens == 64
+    fit = {h: _median([abs(e) for e in _layer_errors(h)]) for h in range(40, 301, 2)}
+    assert min(fit, key=fit.__getitem__) == H100_GEMM_HALF_TOKENS
+    assert fit[172] < 0.036 < 0.07 < fit[64]
 
 
 def test_gpu_presets_have_their_fp8_peak() -> None:

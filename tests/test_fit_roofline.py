@@ -316,7 +316,8 @@ def test_fit_flag_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
          "argument --profile: {p}: unknown key 'c0_s'; known keys: kind, model, gpu, tp,"
          " serving_engine, attention_backend, cpu_seq_s, activation_reserve_bytes,"
          " allreduce_latency_s, attention_efficiency, chunk_attention_efficiency,"
-         " fp8_peak_flops, gemm_efficiency, gemm_half_tokens, gemv_latency_s, hbm_bandwidth,"
+         " expert_half_tokens, fp8_peak_flops, gemm_efficiency, gemm_half_tokens,"
+         " gemv_latency_s, hbm_bandwidth,"
          " hbm_efficiency,"
          " layer_overhead_s, link_bandwidth, link_efficiency, memory_bytes, moe_layer_s,"
          " peak_flops, step_overhead_s, weight_read_efficiency"),

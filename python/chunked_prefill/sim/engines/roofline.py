@@ -183,7 +183,7 @@ class RooflineModel:
             + layers * (gpu.layer_overhead_s + (gpu.moe_layer_s if experts else 0.0)),
             token_s=token_s,
             gemm_fixed_s=dense_flops / flops * gpu.gemm_half_tokens,
-            expert_fixed_s=2 * layers * mlp / flops * gpu.gemm_half_tokens if experts else 0.0,
+            expert_fixed_s=2 * layers * mlp / flops * gpu.expert_half_tokens if experts else 0.0,
             head_row_s=2 * head / (gpu.peak_flops * gpu.gemm_efficiency),
             dense_read_s=dense_bytes / reads + gemv_fixed,
             expert_read_s=layers * mlp * layer_bytes / reads if experts else 0.0,
