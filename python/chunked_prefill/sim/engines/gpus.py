@@ -293,7 +293,9 @@ GPUS: dict[str, GpuSpec] = {
 """GPU presets (``--gpu NAME``): datasheet figures; the efficiency factors are the
 :class:`GpuSpec` defaults (``step_overhead_s`` from Vidur's fitted intercepts, see
 ``docs/engines.md``: the Hopper and Blackwell parts take the H100's, the others the
-A100's)."""
+A100's), but where a GPU's own measurements give one: the weight reads of the Hopper and
+Blackwell parts, the GEMMs' half-efficiency point of the H100 SXM and H200 and of the
+MI300X, and the MI300X's GEMM clock."""
 
 
 GPU_ALIASES: dict[str, str] = {
