@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -128,21 +129,15 @@ def _gemm_errors(half_tokens: float) -> list[float]:
     return errors
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 def test_mi300x_gemms_reach_half_their_efficiency_at_the_fitted_tokens() -> None:
     # The preset's value is the one AMD's tuned GEMM times fit best (median error).
     assert GPUS["mi300x"].gemm_half_tokens == MI300X_GEMM_HALF_TOKENS
-    fit = {h: _median([abs(e) for e in _gemm_errors(h)]) for h in range(60, 301, 2)}
+    fit = {h: statistics.median([abs(e) for e in _gemm_errors(h)]) for h in range(60, 301, 2)}
     assert min(fit, key=fit.__getitem__) == MI300X_GEMM_HALF_TOKENS
     assert fit[174] < 0.13
     # The A100's 64 tokens: every time a quarter short.
-    assert _median(_gemm_errors(64)) < -0.25
-    assert _median([abs(e) for e in _gemm_errors(64)]) > 0.25
+    assert statistics.median(_gemm_errors(64)) < -0.25
+    assert statistics.median([abs(e) for e in _gemm_errors(64)]) > 0.25
 
 
 VIDUR_H100 = Path(__file__).parent.parent / "examples" / "vidur" / "h100_llama2_7b_mlp.csv"
@@ -153,12 +148,12 @@ def _layer_errors(half_tokens: float) -> list[float]:
     small kernels) with ``half_tokens`` against Vidur's H100 profile of it."""
     gpu = GPUS["h100-sxm"]
     params = 4 * 4096**2 + 3 * 4096 * 11008
+    read = 2 * params / (gpu.hbm_bandwidth * gpu.weight_read_efficiency)
+    read += 4 * gpu.gemv_latency_s
     lines = [ln for ln in VIDUR_H100.read_text().splitlines() if not ln.startswith("#")]
     errors = []
     for line in lines[1:]:
         tokens, *ops = (float(v) for v in line.split(","))
-        reads = 2 * params / (gpu.hbm_bandwidth * gpu.weight_read_efficiency)
-        read = reads + 4 * gpu.gemv_latency_s
         compute = 2 * params * (tokens + half_tokens) / (gpu.peak_flops * gpu.gemm_efficiency)
         predicted = gpu.layer_overhead_s + max(read, compute)
         errors.append(predicted / (sum(ops) * 1e-3) - 1)
@@ -171,7 +166,7 @@ def test_h100_gemms_reach_half_their_efficiency_at_the_fitted_tokens() -> None:
     assert GPUS["h100-sxm"].gemm_half_tokens == GPUS["h200"].gemm_half_tokens
     assert GPUS["h100-sxm"].gemm_half_tokens == H100_GEMM_HALF_TOKENS
     assert GPUS["h20"].gemm_half_tokens == GPUS["a100-80gb"].gemm_half_tokens == 64
-    fit = {h: _median([abs(e) for e in _layer_errors(h)]) for h in range(40, 301, 2)}
+    fit = {h: statistics.median([abs(e) for e in _layer_errors(h)]) for h in range(40, 301, 2)}
     assert min(fit, key=fit.__getitem__) == H100_GEMM_HALF_TOKENS
     assert fit[172] < 0.036 < 0.07 < fit[64]
 
