@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .._check import path, show
 from .._json import Number, exact, whole
 from .errors import ModelConfigError
+from .model_families import FAMILIES, REFUSED_FAMILIES, TEXT_CONFIG_DEFAULTS, Family
 from .model_presets import _MODEL_KEYS, MODELS
 from .models import _DTYPE_BYTES, ModelSpec
 from .names import _kind, _read_json
@@ -79,6 +80,82 @@ def _flatten_dbrx(path: str, table: dict[str, Any]) -> dict[str, Any]:
         _count(path, nested, inner, label=_DBRX_NAMES[key])
         flat[key] = nested[inner]  # the value as read, for the flat keys' reading
     return flat
+
+
+def _language_model(path: str, table: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A vision-language config's language model: its ``text_config`` when the file has no
+    ``num_hidden_layers`` of its own (Gemma 3, Mistral 3, LLaVA), with its class's defaults
+    for the keys it leaves out (:data:`~.model_families.TEXT_CONFIG_DEFAULTS`) and the
+    file's dtype and quantization where it has none; errors then name the file as
+    ``PATH: text_config``. Any other config as is."""
+    text = table.get("text_config")
+    if "num_hidden_layers" in table or not isinstance(text, dict):
+        return path, table
+    model_type = text.get("model_type")
+    defaults = TEXT_CONFIG_DEFAULTS.get(model_type, {}) if isinstance(model_type, str) else {}
+    nested = {key: Number(value) for key, value in defaults.items()} | text
+    for key in ("torch_dtype", "dtype", "quantization_config"):
+        if key in table and key not in nested:
+            nested[key] = table[key]
+    return f"{path}: text_config", nested
+
+
+def _family(path: str, table: dict[str, Any]) -> Family:
+    """The :data:`~.model_families.FAMILIES` entry of the file's ``model_type`` (Llama's
+    reading when absent or not listed); a family of :data:`REFUSED_FAMILIES` is refused."""
+    model_type = table.get("model_type")
+    if not isinstance(model_type, str):
+        return Family()
+    if model_type in REFUSED_FAMILIES:
+        raise ModelConfigError(
+            f"{path}: key 'model_type': {model_type!r}: {REFUSED_FAMILIES[model_type]} is not"
+            " modelled"
+        )
+    return FAMILIES.get(model_type, Family())
+
+
+def _flag(path: str, table: dict[str, Any], key: str, default: bool) -> bool:
+    value = table.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ModelConfigError(f"{path}: key {key!r}: expected true or false, got {_kind(value)}")
+    return value
+
+
+def _flatten_family(
+    path: str, table: dict[str, Any], family: Family
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """A config of ``family`` as Llama's keys, each count read (and any error named) at the
+    family's own key, as :func:`_flatten_dbrx` does; returns the flat table and the names."""
+    flat, names = dict(table), dict(family.renames)
+    for key, theirs in family.renames:
+        if key == "intermediate_size" and family.mlp_per_hidden and table.get(theirs) is None:
+            hidden = _count(path, flat, "hidden_size", label=names.get("hidden_size", ""))
+            flat[key] = Number(family.mlp_per_hidden * hidden)
+            continue
+        _count(path, table, theirs)
+        flat[key] = table[theirs]
+    model_type = table.get("model_type")
+    if model_type == "opt":
+        projected = table.get("word_embed_proj_dim")
+        if projected is not None and projected != flat.get("hidden_size"):
+            raise ModelConfigError(
+                f"{path}: key 'word_embed_proj_dim': {_kind(projected)}: an embedding"
+                f" narrower than hidden_size ({_kind(flat.get('hidden_size'))}), with"
+                " projections in and out, is not modelled"
+            )
+    if model_type == "gpt_bigcode" and _flag(path, table, "multi_query", True):
+        flat["num_key_value_heads"] = Number(1)
+    if model_type == "falcon":
+        flat.pop("num_key_value_heads", None)
+        if _flag(path, table, "new_decoder_architecture", False):
+            if table.get("num_kv_heads") is not None:
+                flat["num_key_value_heads"] = table["num_kv_heads"]
+                names["num_key_value_heads"] = "num_kv_heads"
+        elif _flag(path, table, "multi_query", True):
+            flat["num_key_value_heads"] = Number(1)
+    return flat, names
 
 
 def _heads(
@@ -263,20 +340,28 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
     or ``num_experts`` with ``moe_intermediate_size`` (Qwen-MoE) and optionally
     ``shared_expert_intermediate_size`` (Qwen2-MoE), each with ``num_experts_per_tok``,
     ``torch_dtype`` (or ``dtype``; default bfloat16), ``quantization_config`` (FP8 weights
-    only), ``tie_word_embeddings`` (default false). A DBRX config (``model_type`` ``"dbrx"``)
-    gives the counts under MPT's names (``n_layers``, ``d_model``, ``n_heads``,
-    ``attn_config.kv_n_heads``, ``ffn_config``'s ``ffn_hidden_size``, ``moe_num_experts``,
-    ``moe_top_k``). Other keys are ignored, but for the MoE layouts not modelled
-    (DeepSeek's experts, dense layers among MoE ones), which are refused. A missing key or a
-    bad value raises :class:`ModelConfigError` naming the file and key.
+    only), ``tie_word_embeddings`` (default: the family's, false for Llama's). A DBRX config
+    (``model_type`` ``"dbrx"``) gives the counts under MPT's names (``n_layers``,
+    ``d_model``, ``n_heads``, ``attn_config.kv_n_heads``, ``ffn_config``'s
+    ``ffn_hidden_size``, ``moe_num_experts``, ``moe_top_k``); the families of
+    :data:`~.model_families.FAMILIES` (GPT-2, OPT, Falcon, GPT-NeoX, Phi-2, StarCoder2,
+    Gemma...) are read with their names, MLP and tying default; a vision-language config is
+    read as its ``text_config``. Other keys are ignored, but for the layouts not modelled
+    (DeepSeek's experts, dense layers among MoE ones, the families of
+    :data:`~.model_families.REFUSED_FAMILIES`), which are refused. A missing key or a bad
+    value raises :class:`ModelConfigError` naming the file and key.
     """
     name = os.fspath(path)
-    table = _read_json(name, ModelConfigError)
+    top = _read_json(name, ModelConfigError)
+    where, table = _language_model(name, top)
+    family = _family(where, table)
     names: dict[str, str] = {}
     if table.get("model_type") == "dbrx":
-        table, names = _flatten_dbrx(name, table), _DBRX_NAMES
+        table, names = _flatten_dbrx(where, table), _DBRX_NAMES
+    elif family.renames:
+        table, names = _flatten_family(where, table, family)
     counts = {
-        key: _count(name, table, key)
+        key: _count(where, table, key)
         for key in (
             "num_hidden_layers",
             "hidden_size",
@@ -285,17 +370,18 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
             "vocab_size",
         )
     }
-    kv, head_dim = _heads(name, table, counts["hidden_size"], counts["num_attention_heads"], names)
-    experts, per_tok, expert_size, shared_size = _experts(name, table, names)
-    tied = table.get("tie_word_embeddings", False)
-    if not isinstance(tied, bool):
+    kv, head_dim = _heads(where, table, counts["hidden_size"], counts["num_attention_heads"], names)
+    experts, per_tok, expert_size, shared_size = _experts(where, table, names)
+    if experts and not family.gated_mlp:
         raise ModelConfigError(
-            f"{name}: key 'tie_word_embeddings': expected true or false, got {_kind(tied)}"
+            f"{where}: key 'model_type': {table.get('model_type')!r} has an MLP without a"
+            " gate, and its experts are not modelled (a mixture of experts is read as gated"
+            " MLPs)"
         )
-    label = table.get("_name_or_path")
+    label = top.get("_name_or_path")
     if not isinstance(label, str) or isinstance(label, Number) or not label:
         label = name
-    dtype = _dtype(name, table)
+    dtype = _dtype(where, table)
     return ModelSpec(
         name=label,
         num_key_value_heads=kv,
@@ -305,8 +391,9 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
         expert_intermediate_size=expert_size,
         shared_expert_intermediate_size=shared_size,
         dtype_bytes=_DTYPE_BYTES[dtype],
-        weight_dtype=_weight_dtype(name, table, dtype),
-        tie_word_embeddings=tied,
+        weight_dtype=_weight_dtype(where, table, dtype),
+        tie_word_embeddings=_flag(where, table, "tie_word_embeddings", family.tied),
+        gated_mlp=family.gated_mlp,
         source=name,
         **counts,
     )

@@ -33,8 +33,8 @@ QUANTIZATIONS = ("fp8",)
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A decoder-only transformer as its ``config.json`` describes it (gated MLP, as Llama,
-    Qwen2/3 and Mixtral have; biases and norms other than RMSNorm weights are ignored)."""
+    """A decoder-only transformer as its ``config.json`` describes it (biases and norms
+    other than RMSNorm weights are ignored)."""
 
     name: str
     num_hidden_layers: int
@@ -64,6 +64,10 @@ class ModelSpec:
     kv_dtype_bytes: int = 0
     """Bytes per K/V element (``engine_for(kv_cache_dtype=...)``); 0: ``dtype_bytes``."""
     tie_word_embeddings: bool = False
+    gated_mlp: bool = True
+    """Whether the MLP has a gate: three projections (gate, up, down: Llama, Qwen, Mistral,
+    Gemma and every mixture of experts here) or two (up and down: GPT-NeoX, Phi-2,
+    StarCoder2, OPT, GPT-2, Falcon)."""
     source: str = ""
     """Where the figures come from."""
 
@@ -83,6 +87,11 @@ class ModelSpec:
             raise ValueError(
                 f"model {self.name}: kv_dtype_bytes must be 0 (dtype_bytes), 1, 2 or 4, got"
                 f" {self.kv_dtype_bytes!r}"
+            )
+        if self.is_moe and not self.gated_mlp:
+            raise ValueError(
+                f"model {self.name}: gated_mlp is false, but the experts of a mixture of"
+                " experts are gated MLPs here (num_local_experts > 0)"
             )
         for key in ("expert_intermediate_size", "shared_expert_intermediate_size"):
             if getattr(self, key) and not self.is_moe:
@@ -113,9 +122,12 @@ class ModelSpec:
 
     @property
     def mlp_params(self) -> int:
-        """Gate, up and down projection weights of one MLP (one expert of a MoE layer, of
-        ``expert_intermediate_size`` when set)."""
-        return 3 * self.hidden_size * (self.expert_intermediate_size or self.intermediate_size)
+        """Gate, up and down projection weights of one MLP (up and down without
+        :attr:`gated_mlp`; one expert of a MoE layer, of ``expert_intermediate_size`` when
+        set)."""
+        projections = 3 if self.gated_mlp else 2
+        size = self.expert_intermediate_size or self.intermediate_size
+        return projections * self.hidden_size * size
 
     @property
     def shared_mlp_params(self) -> int:
