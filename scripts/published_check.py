@@ -119,15 +119,24 @@ V1_SOURCES = ("vLLM PR #20155", "pytorch/ao docs")
 main or nightly between 0.9.1 and 0.9.2, the V1 engine."""
 
 
+MID_2024_SOURCES = ("MInference",)
+"""Sources whose vLLM version is unknown but whose date is not: MInference's vLLM table of
+2024-07-18 (its README: vllm>=0.4.1), whose release of the day was 0.5.2: V0, FlashAttention
+decode, each prompt prefilled whole (before 0.5.4 chunked long contexts by default)."""
+
+
 def vllm_release(row: Row) -> str:
     """A vLLM row's version; where it is unknown, the release its date implies: main before
-    0.4.3 for the PRs of January to April 2024 (``0.4.0``), a V1 release for the sources of
-    mid-2025 (``0.9.1``), a V0 release after 0.6 for the rest, which come from later in 2024
-    (the CI builds, Oracle's and ROCm's blogs, vLLM's torch.compile docs: ``0.6.0``)."""
+    0.4.3 for the PRs of January to April 2024 (``0.4.0``), 0.5.2 for MInference's table of
+    July 2024, a V1 release for the sources of mid-2025 (``0.9.1``), a V0 release after 0.6
+    for the rest, which come from later in 2024 (the CI builds, Oracle's and ROCm's blogs,
+    vLLM's torch.compile docs: ``0.6.0``)."""
     if row.engine_version != "unknown":
         return row.engine_version
     if row.source.startswith(PAGED_DECODE_SOURCES):
         return "0.4.0"
+    if row.source.startswith(MID_2024_SOURCES):
+        return "0.5.2"
     return "0.9.1" if row.source.startswith(V1_SOURCES) else "0.6.0"
 
 

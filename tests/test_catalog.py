@@ -218,6 +218,7 @@ def test_gpu_aliases_resolve_without_case(typed: str, preset: str) -> None:
         ("Qwen/Qwen2-57B-A14B-Instruct", "qwen2-57b-a14b"),
         ("databricks/dbrx-instruct", "dbrx"),
         ("Llama-3.1-70B", "llama-3.1-70b"),
+        ("gradientai/Llama-3-8B-Instruct-Gradient-1048k", "llama-3.1-8b"),
     ],
 )
 def test_hugging_face_ids_are_aliases_of_the_presets(typed: str, preset: str) -> None:

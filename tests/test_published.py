@@ -36,8 +36,17 @@ def test_the_issues_points_median_within_8_percent() -> None:
 
 def test_vllm_rows_median_within_8_percent() -> None:
     vllm = [r for r in ROWS if r.engine == "vllm"]
-    assert len(vllm) == 96
+    assert len(vllm) == 101
     assert statistics.median(_errors(vllm)) <= 0.08
+
+
+def test_minference_rows_prefill_whole_on_the_release_of_their_date() -> None:
+    rows = [r for r in ROWS if r.source.startswith("MInference")]
+    assert [r.input_len for r in rows] == [1000, 10000, 50000, 100000, 128000]
+    for row in rows:
+        assert check.vllm_release(row) == "0.5.2"
+        assert check.serving_engine(row) == "vllm-v0-eager"
+        assert check.sim_config(row).chunk_size is None  # 0.5.4 would chunk at 512
 
 
 def test_vllm_on_a100_and_h200_median_within_5_percent() -> None:

@@ -400,6 +400,7 @@ MODEL_ALIASES: dict[str, str] = {
     "Qwen/Qwen2-7B-Instruct": "qwen2.5-7b",
     "Qwen/Qwen2-72B": "qwen2.5-72b",
     "Qwen/Qwen2-72B-Instruct": "qwen2.5-72b",
+    "gradientai/Llama-3-8B-Instruct-Gradient-1048k": "llama-3.1-8b",
 }
 """Hugging Face repo ids of the presets (base and instruct models share a config), matched
 without case: ``--model meta-llama/Llama-3.1-8B-Instruct`` is ``llama-3.1-8b``. Nothing is
