@@ -71,7 +71,28 @@ CARDS = {
     "qwen2-57b-a14b": (57.4e9, "huggingface.co/Qwen/Qwen2-57B-A14B-Instruct: 57.4B, 14B activated"),
     "dbrx": (132e9, "huggingface.co/databricks/dbrx-instruct: 132B, 36B active"),
     "llama-3.1-405b": (406e9, "huggingface.co/meta-llama/Llama-3.1-405B-Instruct: 406B"),
+    "llama-2-13b": (13.0e9, "huggingface.co/meta-llama/Llama-2-13b-hf: 13B (safetensors)"),
+    "mistral-7b-v0.1": (7.24e9, "huggingface.co/mistralai/Mistral-7B-v0.1: 7.24B"),
+    "gemma-2-9b": (9.24e9, "huggingface.co/google/gemma-2-9b: 9.24B"),
+    "gemma-2-27b": (27.2e9, "huggingface.co/google/gemma-2-27b: 27.2B"),
+    "qwen3-0.6b": (0.6e9, "huggingface.co/Qwen/Qwen3-0.6B: 0.6B, 0.44B non-embedding"),
+    "qwen3-1.7b": (1.72e9, "huggingface.co/Qwen/Qwen3-1.7B: 1.7B, 1.4B non-embedding"),
+    "qwen3-4b": (4.02e9, "huggingface.co/Qwen/Qwen3-4B: 4.0B, 3.6B non-embedding"),
+    "qwen3-14b": (14.8e9, "huggingface.co/Qwen/Qwen3-14B: 14.8B, 13.2B non-embedding"),
+    "phi-3-mini": (3.82e9, "huggingface.co/microsoft/Phi-3-mini-4k-instruct: 3.82B"),
 }
+
+
+@pytest.mark.parametrize(
+    ("model", "non_embedding"),
+    [("qwen3-0.6b", 0.44e9), ("qwen3-1.7b", 1.4e9), ("qwen3-4b", 3.6e9), ("qwen3-14b", 13.2e9)],
+)
+def test_qwen3_non_embedding_parameters_as_the_cards_count_them(
+    model: str, non_embedding: float
+) -> None:
+    spec = MODELS[model]
+    assert spec.num_params - spec.embedding_params == pytest.approx(non_embedding, rel=0.01)
+    assert spec.tie_word_embeddings == (model != "qwen3-14b")
 
 
 def test_every_model_preset_has_its_card() -> None:
@@ -219,6 +240,10 @@ def test_gpu_aliases_resolve_without_case(typed: str, preset: str) -> None:
         ("databricks/dbrx-instruct", "dbrx"),
         ("Llama-3.1-70B", "llama-3.1-70b"),
         ("gradientai/Llama-3-8B-Instruct-Gradient-1048k", "llama-3.1-8b"),
+        ("mistralai/Mistral-7B-Instruct-v0.2", "mistral-7b-v0.1"),
+        ("google/gemma-2-27b-it", "gemma-2-27b"),
+        ("Qwen/Qwen3-0.6B", "qwen3-0.6b"),
+        ("microsoft/Phi-3-mini-128k-instruct", "phi-3-mini"),
     ],
 )
 def test_hugging_face_ids_are_aliases_of_the_presets(typed: str, preset: str) -> None:
