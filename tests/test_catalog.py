@@ -80,6 +80,8 @@ CARDS = {
     "qwen3-4b": (4.02e9, "huggingface.co/Qwen/Qwen3-4B: 4.0B, 3.6B non-embedding"),
     "qwen3-14b": (14.8e9, "huggingface.co/Qwen/Qwen3-14B: 14.8B, 13.2B non-embedding"),
     "phi-3-mini": (3.82e9, "huggingface.co/microsoft/Phi-3-mini-4k-instruct: 3.82B"),
+    "deepseek-v2-lite": (15.7e9, "huggingface.co/deepseek-ai/DeepSeek-V2-Lite: 15.7B, 2.4B"),
+    "deepseek-v3": (671e9, "huggingface.co/deepseek-ai/DeepSeek-V3: 671B, 37B activated"),
 }
 
 
@@ -275,12 +277,12 @@ def test_unknown_names_say_what_is_known() -> None:
         " a preset's Hugging Face id: chunked-prefill engines --json lists them)"
     )
     with pytest.raises(ModelConfigError) as err:
-        resolve_model("deepseek-ai/DeepSeek-V3")
+        resolve_model("moonshotai/Kimi-K2-Instruct")
     assert str(err.value) == (
-        "unknown model 'deepseek-ai/DeepSeek-V3': not the Hugging Face id of a preset, and"
+        "unknown model 'moonshotai/Kimi-K2-Instruct': not the Hugging Face id of a preset, and"
         " nothing is downloaded: save its config.json"
-        " (https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json) and give its"
-        " path"
+        " (https://huggingface.co/moonshotai/Kimi-K2-Instruct/blob/main/config.json) and give"
+        " its path"
     )
 
 
@@ -333,15 +335,18 @@ def test_a_qwen3_moe_config_reads_as_the_preset(tmp_path: Path) -> None:
     [
         (
             {"n_shared_experts": 2},
-            "key 'n_shared_experts': DeepSeek-style routed and shared experts are not modelled"
-            " (the reader takes Mixtral's num_local_experts or Qwen-MoE's num_experts, with"
-            " Qwen-MoE's shared_expert_intermediate_size)",
+            "key 'n_shared_experts': DeepSeek's shared experts go with its routed ones"
+            " (n_routed_experts), not with num_experts",
         ),
         (
             {"n_routed_experts": 256},
-            "key 'n_routed_experts': DeepSeek-style routed and shared experts are not modelled"
-            " (the reader takes Mixtral's num_local_experts or Qwen-MoE's num_experts, with"
-            " Qwen-MoE's shared_expert_intermediate_size)",
+            "key 'n_routed_experts': give one of num_local_experts, num_experts,"
+            " n_routed_experts, not both num_experts and n_routed_experts",
+        ),
+        (
+            {"moe_layer_freq": 2},
+            "key 'moe_layer_freq': 2: MoE in every 2th layer only, dense layers among the"
+            " MoE layers are not modelled (only 1)",
         ),
         (
             {"shared_expert_intermediate_size": -1},
@@ -359,7 +364,8 @@ def test_a_qwen3_moe_config_reads_as_the_preset(tmp_path: Path) -> None:
         ),
         (
             {"num_local_experts": 8},
-            "key 'num_experts': give num_local_experts or num_experts, not both",
+            "key 'num_experts': give one of num_local_experts, num_experts, n_routed_experts,"
+            " not both num_local_experts and num_experts",
         ),
         (
             {"moe_intermediate_size": None},

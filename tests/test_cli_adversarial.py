@@ -149,7 +149,9 @@ def test_a_word_before_the_command_is_the_top_programs_error(
             {"model_type": "dbrx", "n_layers": 4, "d_model": 64, "n_heads": 4},
             "key 'attn_config': expected an object (DBRX's kv_n_heads is in it), got null",
         ),
-        ({"n_routed_experts": 256}, "key 'n_routed_experts': DeepSeek-style routed and shared"),
+        ({"n_routed_experts": 256}, "key 'num_experts_per_tok': missing"),
+        ({"kv_lora_rank": 512}, "key 'qk_nope_head_dim': missing (a positive whole number)"),
+        ({"n_shared_experts": 2}, "key 'n_shared_experts': shared experts without routed ones"),
     ],
 )
 @pytest.mark.parametrize("command", ["simulate", "search"])

@@ -44,6 +44,7 @@ def kv_memory(model: ModelSpec, gpu: GpuSpec, tp: int) -> KVMemory:
         kv_heads=model.kv_heads_per_gpu(tp),
         head_dim=model.head_dim,
         dtype_bytes=model.kv_element_bytes,
+        latent_dim=model.latent_dim,
     )
 
 

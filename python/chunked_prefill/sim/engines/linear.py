@@ -332,10 +332,15 @@ class KVMemory:
     kv_heads: int
     head_dim: int
     dtype_bytes: int = 2
+    latent_dim: int = 0
+    """Multi-head latent attention's cache per token and layer, in elements (the compressed
+    K/V and the rotary key, one for all heads); 0: K and V per K/V head."""
 
     @property
     def bytes_per_token(self) -> int:
-        """K and V of one token in every layer."""
+        """K and V of one token in every layer (MLA: its latent)."""
+        if self.latent_dim:
+            return self.layers * self.latent_dim * self.dtype_bytes
         return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
 
     def kv_bytes(self, utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION) -> int:

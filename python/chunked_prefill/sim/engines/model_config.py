@@ -194,40 +194,41 @@ def _present(table: dict[str, Any], key: str) -> bool:
 
 def _refuse_moe_layouts(path: str, table: dict[str, Any]) -> None:
     """Refuse, naming the key, the mixture-of-experts layouts the roofline does not model:
-    DeepSeek's (``n_routed_experts``/``n_shared_experts``: multi-head latent attention and
-    dense first layers come with them) and dense layers among the MoE ones
-    (``mlp_only_layers``, ``decoder_sparse_step`` other than 1)."""
-    for key in ("n_routed_experts", "n_shared_experts"):
-        if _present(table, key):
-            raise ModelConfigError(
-                f"{path}: key {key!r}: DeepSeek-style routed and shared experts are not"
-                " modelled (the reader takes Mixtral's num_local_experts or Qwen-MoE's"
-                " num_experts, with Qwen-MoE's shared_expert_intermediate_size)"
-            )
+    dense layers among the MoE ones (``mlp_only_layers``, ``decoder_sparse_step`` or
+    ``moe_layer_freq`` other than 1; DeepSeek's leading dense layers,
+    ``first_k_dense_replace``, are modelled)."""
     if _present(table, "mlp_only_layers"):
         raise ModelConfigError(
             f"{path}: key 'mlp_only_layers': dense layers among the MoE layers are not"
             f" modelled (got {_kind(table['mlp_only_layers'])}; only [] or absent)"
         )
-    step = _count(path, table, "decoder_sparse_step", 1)
-    if step != 1:
-        raise ModelConfigError(
-            f"{path}: key 'decoder_sparse_step': {step}: MoE in every {step}th layer only,"
-            " dense layers among the MoE layers are not modelled (only 1)"
-        )
+    for key in ("decoder_sparse_step", "moe_layer_freq"):
+        step = _count(path, table, key, 1)
+        if step != 1:
+            raise ModelConfigError(
+                f"{path}: key {key!r}: {step}: MoE in every {step}th layer only, dense layers"
+                " among the MoE layers are not modelled (only 1)"
+            )
 
 
-def _experts(path: str, table: dict[str, Any], names: dict[str, str]) -> tuple[int, int, int, int]:
-    """``(experts, num_experts_per_tok, expert_intermediate_size,
-    shared_expert_intermediate_size)``, all 0 for a dense model. Experts: Mixtral's
-    ``num_local_experts`` or Qwen-MoE's ``num_experts`` (with its ``moe_intermediate_size``,
-    the MLP size of one expert, and Qwen2-MoE's shared expert, 0 or absent for none). Errors
-    across keys name them as ``names`` does, else as themselves."""
+_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+"""The experts' count under Mixtral's, Qwen-MoE's and DeepSeek's names."""
+
+
+def _experts(path: str, table: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """The :class:`ModelSpec` fields of the experts, none for a dense model. Experts:
+    Mixtral's ``num_local_experts``, Qwen-MoE's ``num_experts`` (with its
+    ``moe_intermediate_size``, the MLP size of one expert, and Qwen2-MoE's gated shared
+    expert, 0 or absent for none) or DeepSeek's ``n_routed_experts`` (with
+    ``moe_intermediate_size``, ``n_shared_experts`` ungated shared experts of that size, and
+    ``first_k_dense_replace`` dense layers first). Errors across keys name them as
+    ``names`` does, else as themselves."""
     _refuse_moe_layouts(path, table)
-    keys = [key for key in ("num_local_experts", "num_experts") if _present(table, key)]
-    if len(keys) == 2:
+    keys = [key for key in _EXPERT_KEYS if _present(table, key)]
+    if len(keys) > 1:
         raise ModelConfigError(
-            f"{path}: key 'num_experts': give num_local_experts or num_experts, not both"
+            f"{path}: key {keys[1]!r}: give one of {', '.join(_EXPERT_KEYS)}, not both"
+            f" {keys[0]} and {keys[1]}"
         )
     if not keys:
         if table.get("num_experts_per_tok") is not None:
@@ -236,9 +237,14 @@ def _experts(path: str, table: dict[str, Any], names: dict[str, str]) -> tuple[i
             if _present(table, sized):
                 raise ModelConfigError(
                     f"{path}: key {sized!r}: an expert size without experts"
-                    " (num_local_experts or num_experts)"
+                    f" ({', '.join(_EXPERT_KEYS)})"
                 )
-        return 0, 0, 0, 0
+        if _present(table, "n_shared_experts"):
+            raise ModelConfigError(
+                f"{path}: key 'n_shared_experts': shared experts without routed ones"
+                " (n_routed_experts)"
+            )
+        return {}
     (key,) = keys
     experts = _count(path, table, key)
     per_tok = _count(path, table, "num_experts_per_tok")
@@ -247,14 +253,61 @@ def _experts(path: str, table: dict[str, Any], names: dict[str, str]) -> tuple[i
         raise ModelConfigError(
             f"{path}: key {per_tok_key!r}: {per_tok} is above {experts_key} ({experts})"
         )
-    # Qwen-MoE's experts have their own size; Mixtral's are intermediate_size.
-    size = _count(path, table, "moe_intermediate_size", None if key == "num_experts" else 0)
-    shared = (
-        _count(path, table, "shared_expert_intermediate_size")
-        if _present(table, "shared_expert_intermediate_size")
-        else 0
+    # Qwen-MoE's and DeepSeek's experts have their own size; Mixtral's are intermediate_size.
+    size = _count(path, table, "moe_intermediate_size", 0 if key == "num_local_experts" else None)
+    fields = {
+        "num_local_experts": experts,
+        "num_experts_per_tok": per_tok,
+        "expert_intermediate_size": size,
+    }
+    if key == "n_routed_experts":
+        shared = (
+            _count(path, table, "n_shared_experts") if _present(table, "n_shared_experts") else 0
+        )
+        dense = (
+            _count(path, table, "first_k_dense_replace", 0)
+            if _present(table, "first_k_dense_replace")
+            else 0
+        )
+        layers = _count(path, table, "num_hidden_layers")
+        if dense >= layers:
+            raise ModelConfigError(
+                f"{path}: key 'first_k_dense_replace': {dense} dense layers of"
+                f" num_hidden_layers ({layers}) leave no MoE layer"
+            )
+        fields |= {
+            "shared_expert_intermediate_size": shared * size,
+            "shared_expert_gate": False,
+            "first_dense_layers": dense,
+        }
+    elif _present(table, "n_shared_experts"):
+        raise ModelConfigError(
+            f"{path}: key 'n_shared_experts': DeepSeek's shared experts go with its routed"
+            f" ones (n_routed_experts), not with {key}"
+        )
+    elif _present(table, "shared_expert_intermediate_size"):
+        fields["shared_expert_intermediate_size"] = _count(
+            path, table, "shared_expert_intermediate_size"
+        )
+    return fields
+
+
+_MLA_WIDTHS = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+"""MLA's per-head widths, each required with ``kv_lora_rank``."""
+
+
+def _mla(path: str, table: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`ModelSpec` fields of multi-head latent attention (``kv_lora_rank``,
+    ``q_lora_rank`` null or absent for none, and the per-head widths), none without it;
+    ``head_dim`` is then the query/key width."""
+    if not _present(table, "kv_lora_rank"):
+        return {}
+    fields = {key: _count(path, table, key) for key in ("kv_lora_rank", *_MLA_WIDTHS)}
+    fields["q_lora_rank"] = (
+        _count(path, table, "q_lora_rank") if _present(table, "q_lora_rank") else 0
     )
-    return experts, per_tok, size, shared
+    fields["head_dim"] = fields["qk_nope_head_dim"] + fields["qk_rope_head_dim"]
+    return fields
 
 
 def _dtype(path: str, table: dict[str, Any]) -> str:
@@ -360,7 +413,7 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
         table, names = _flatten_dbrx(where, table), _DBRX_NAMES
     elif family.renames:
         table, names = _flatten_family(where, table, family)
-    counts = {
+    counts: dict[str, Any] = {
         key: _count(where, table, key)
         for key in (
             "num_hidden_layers",
@@ -371,7 +424,7 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
         )
     }
     kv, head_dim = _heads(where, table, counts["hidden_size"], counts["num_attention_heads"], names)
-    experts, per_tok, expert_size, shared_size = _experts(where, table, names)
+    experts = _experts(where, table, names)
     if experts and not family.gated_mlp:
         raise ModelConfigError(
             f"{where}: key 'model_type': {table.get('model_type')!r} has an MLP without a"
@@ -382,14 +435,12 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
     if not isinstance(label, str) or isinstance(label, Number) or not label:
         label = name
     dtype = _dtype(where, table)
+    attention: dict[str, Any] = {"head_dim": head_dim, **_mla(where, table)}
     return ModelSpec(
         name=label,
         num_key_value_heads=kv,
-        head_dim=head_dim,
-        num_local_experts=experts,
-        num_experts_per_tok=per_tok,
-        expert_intermediate_size=expert_size,
-        shared_expert_intermediate_size=shared_size,
+        **attention,
+        **experts,
         dtype_bytes=_DTYPE_BYTES[dtype],
         weight_dtype=_weight_dtype(where, table, dtype),
         tie_word_embeddings=_flag(where, table, "tie_word_embeddings", family.tied),

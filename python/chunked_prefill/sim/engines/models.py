@@ -68,6 +68,24 @@ class ModelSpec:
     """Whether the MLP has a gate: three projections (gate, up, down: Llama, Qwen, Mistral,
     Gemma and every mixture of experts here) or two (up and down: GPT-NeoX, Phi-2,
     StarCoder2, OPT, GPT-2, Falcon)."""
+    kv_lora_rank: int = 0
+    """Multi-head latent attention (DeepSeek-V2/V3): the width of the compressed K/V that
+    every head shares, cached per token and layer beside one ``qk_rope_head_dim`` rotary
+    key; 0: standard attention (K/V heads of ``head_dim``)."""
+    q_lora_rank: int = 0
+    """MLA's compressed query width (0: queries projected from the hidden state)."""
+    qk_nope_head_dim: int = 0
+    """MLA: each head's query/key width without rotary embedding."""
+    qk_rope_head_dim: int = 0
+    """MLA: each head's query/key width with rotary embedding (the key's is shared)."""
+    v_head_dim: int = 0
+    """MLA: each head's value width."""
+    first_dense_layers: int = 0
+    """A mixture of experts' leading dense layers (DeepSeek's ``first_k_dense_replace``),
+    whose MLP is ``intermediate_size``; the layers after them are MoE layers."""
+    shared_expert_gate: bool = True
+    """Whether a shared expert's output passes a one-output sigmoid gate (Qwen2-MoE) or is
+    added as it is (DeepSeek)."""
     source: str = ""
     """Where the figures come from."""
 
@@ -93,6 +111,27 @@ class ModelSpec:
                 f"model {self.name}: gated_mlp is false, but the experts of a mixture of"
                 " experts are gated MLPs here (num_local_experts > 0)"
             )
+        mla = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+        if self.kv_lora_rank and not all(getattr(self, key) > 0 for key in mla):
+            raise ValueError(
+                f"model {self.name}: multi-head latent attention (kv_lora_rank > 0) needs"
+                " qk_nope_head_dim, qk_rope_head_dim and v_head_dim above 0"
+            )
+        if not self.kv_lora_rank and (self.q_lora_rank or any(getattr(self, k) for k in mla)):
+            raise ValueError(
+                f"model {self.name}: q_lora_rank and the MLA head widths are for multi-head"
+                " latent attention (kv_lora_rank > 0)"
+            )
+        if self.first_dense_layers and not 0 < self.first_dense_layers < self.num_hidden_layers:
+            raise ValueError(
+                f"model {self.name}: first_dense_layers must be below num_hidden_layers"
+                f" ({self.num_hidden_layers}), got {self.first_dense_layers}"
+            )
+        if self.first_dense_layers and not self.is_moe:
+            raise ValueError(
+                f"model {self.name}: first_dense_layers is for a mixture of experts"
+                " (num_local_experts > 0)"
+            )
         for key in ("expert_intermediate_size", "shared_expert_intermediate_size"):
             if getattr(self, key) and not self.is_moe:
                 raise ValueError(
@@ -114,11 +153,62 @@ class ModelSpec:
         """Bytes per K/V element: ``kv_dtype_bytes``, or ``dtype_bytes`` when it is 0."""
         return self.kv_dtype_bytes or self.dtype_bytes
 
+    @property
+    def is_mla(self) -> bool:
+        """Whether attention is multi-head latent attention (a shared compressed K/V)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts (0 for a dense model)."""
+        return self.num_hidden_layers - self.first_dense_layers if self.is_moe else 0
+
+    def _mla_params(self) -> tuple[int, int]:
+        """MLA's weights of one layer: (replicated on every GPU of a TP group, split by
+        heads): the query's and the K/V's down-projections are replicated; the query's
+        up-projection (or its projection from the hidden state), the K/V's up-projection
+        and the output split."""
+        hidden, heads = self.hidden_size, self.num_attention_heads
+        qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+        q_in = self.q_lora_rank or hidden
+        replicated = hidden * self.q_lora_rank + hidden * self.latent_dim
+        split = q_in * heads * qk
+        split += self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
+        return replicated, split + heads * self.v_head_dim * hidden
+
     def attention_params(self, kv_heads: int | None = None) -> int:
-        """Q, K, V and O projection weights of one layer (``kv_heads`` K/V heads)."""
+        """Q, K, V and O projection weights of one layer (``kv_heads`` K/V heads; MLA's
+        projections when :attr:`is_mla`)."""
+        if self.is_mla:
+            return sum(self._mla_params())
         kv = self.num_key_value_heads if kv_heads is None else kv_heads
         q = self.num_attention_heads * self.head_dim
         return 2 * self.hidden_size * q + 2 * self.hidden_size * kv * self.head_dim
+
+    def attention_params_per_gpu(self, tp: int) -> int:
+        """One layer's attention weights on one GPU of a TP group: split by heads, K/V
+        heads replicated when there are fewer than GPUs, MLA's down-projections whole."""
+        if self.is_mla:
+            replicated, split = self._mla_params()
+            return replicated + split // tp
+        q_dim = self.num_attention_heads * self.head_dim // tp
+        kv_dim = self.kv_heads_per_gpu(tp) * self.head_dim
+        return 2 * self.hidden_size * q_dim + 2 * self.hidden_size * kv_dim
+
+    @property
+    def latent_dim(self) -> int:
+        """MLA's cache per token and layer, in elements: the compressed K/V and the rotary
+        key (0 without MLA)."""
+        return self.kv_lora_rank + self.qk_rope_head_dim if self.is_mla else 0
+
+    @property
+    def pair_flops_per_head(self) -> int:
+        """FLOPs of one (query, key) pair in one head of one layer in prefill: the score
+        and the value's weighted sum (MLA: at its query/key and value widths, as vLLM
+        prefills it)."""
+        if self.is_mla:
+            return 2 * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
+        return 4 * self.head_dim
 
     @property
     def mlp_params(self) -> int:
@@ -130,6 +220,12 @@ class ModelSpec:
         return projections * self.hidden_size * size
 
     @property
+    def dense_mlp_params(self) -> int:
+        """One dense MLP of ``intermediate_size`` (a dense model's every layer, a MoE's
+        :attr:`first_dense_layers`)."""
+        return (3 if self.gated_mlp else 2) * self.hidden_size * self.intermediate_size
+
+    @property
     def shared_mlp_params(self) -> int:
         """Gate, up and down projection weights of one layer's shared expert (0: none)."""
         return 3 * self.hidden_size * self.shared_expert_intermediate_size
@@ -138,7 +234,8 @@ class ModelSpec:
     def router_params(self) -> int:
         """The MoE router of one layer, and the shared expert's one-output gate (0 for a
         dense model)."""
-        gate = self.hidden_size if self.shared_expert_intermediate_size else 0
+        gated = self.shared_expert_intermediate_size and self.shared_expert_gate
+        gate = self.hidden_size if gated else 0
         return self.hidden_size * self.num_local_experts + gate
 
     @property
@@ -149,31 +246,36 @@ class ModelSpec:
     @property
     def num_params(self) -> int:
         """Every weight (RMSNorm weights included)."""
-        experts = max(1, self.num_local_experts)
-        layer = (
-            self.attention_params()
-            + experts * self.mlp_params
-            + self.shared_mlp_params
-            + self.router_params
-            + 2 * self.hidden_size
+        layers, moe = self.num_hidden_layers, self.moe_layers
+        experts = self.num_local_experts * self.mlp_params + self.shared_mlp_params
+        return (
+            layers * (self.attention_params() + 2 * self.hidden_size)
+            + (layers - moe) * self.dense_mlp_params
+            + moe * (experts + self.router_params)
+            + self.embedding_params
+            + self.hidden_size
         )
-        return self.num_hidden_layers * layer + self.embedding_params + self.hidden_size
 
     @property
     def active_params(self) -> int:
         """The weights one token uses: all but the experts it is not routed to (the
         "activated parameters" of the model cards, embedding included)."""
         idle = self.num_local_experts - self.num_experts_per_tok if self.is_moe else 0
-        return self.num_params - self.num_hidden_layers * idle * self.mlp_params
+        return self.num_params - self.moe_layers * idle * self.mlp_params
 
     def kv_heads_per_gpu(self, tp: int) -> int:
         """K/V heads each GPU holds: ``kv_heads / tp``, at least 1 (vLLM replicates a K/V
-        head when there are fewer heads than GPUs)."""
+        head when there are fewer heads than GPUs); MLA's one shared latent: 1."""
+        if self.is_mla:
+            return 1
         return max(1, self.num_key_value_heads // tp)
 
     def kv_bytes_per_token(self, tp: int = 1) -> int:
         """K and V of one token in every layer, on one GPU of a TP group (at
-        :attr:`kv_element_bytes` per element)."""
+        :attr:`kv_element_bytes` per element); with MLA its :attr:`latent_dim` per layer,
+        which every GPU holds whole."""
+        if self.is_mla:
+            return self.num_hidden_layers * self.latent_dim * self.kv_element_bytes
         return (
             2
             * self.num_hidden_layers
@@ -198,14 +300,17 @@ class ModelSpec:
         projections replicated when there are fewer K/V heads than GPUs), norms whole. The
         decoder layers' linear weights are at :attr:`weight_dtype_bytes`; the embedding, LM
         head, norms and MoE router at ``dtype_bytes`` (FP8 checkpoints keep them so)."""
-        experts = max(1, self.num_local_experts)
-        kv_dim = self.kv_heads_per_gpu(tp) * self.head_dim
-        q_dim = self.num_attention_heads * self.head_dim // tp
-        attention = 2 * self.hidden_size * q_dim + 2 * self.hidden_size * kv_dim
-        linear = attention + (experts * self.mlp_params + self.shared_mlp_params) // tp
-        kept = self.router_params + 2 * self.hidden_size  # the router is replicated
+        layers, moe = self.num_hidden_layers, self.moe_layers
+        experts = self.num_local_experts * self.mlp_params + self.shared_mlp_params
+        linear = (
+            layers * self.attention_params_per_gpu(tp)
+            + (layers - moe) * (self.dense_mlp_params // tp)
+            + moe * (experts // tp)
+        )
+        kept = moe * self.router_params + layers * 2 * self.hidden_size  # routers replicated
         return (
-            self.num_hidden_layers * (linear * self.weight_dtype_bytes + kept * self.dtype_bytes)
+            linear * self.weight_dtype_bytes
+            + kept * self.dtype_bytes
             + (self.embedding_params // tp + self.hidden_size) * self.dtype_bytes
         )
 

@@ -147,31 +147,29 @@ class RooflineModel:
         serving = resolve_serving_engine(serving_engine)
         backend = resolve_attention_backend(attention_backend)
         layers, hidden = model.num_hidden_layers, model.hidden_size
-        attention = model.attention_params(model.kv_heads_per_gpu(tp) * tp) // tp
+        moe = model.moe_layers  # the other layers' MLP is dense
+        attention = model.attention_params_per_gpu(tp)
         mlp = model.mlp_params // tp
+        dense = (layers - moe) * (model.dense_mlp_params // tp)  # every dense layer's MLP
         shared = model.shared_mlp_params // tp  # every token's, as a dense MLP
         router = model.router_params
-        per_tok = model.num_experts_per_tok if model.is_moe else 1
+        per_tok = model.num_experts_per_tok
         head = model.vocab_size * hidden // tp
         flops = _gemm_flops(model, gpu) * gpu.gemm_efficiency
         reads = gpu.hbm_bandwidth * gpu.weight_read_efficiency
         wide, layer_bytes = model.dtype_bytes, model.weight_dtype_bytes
         # Decoder-layer matrices at the weights' dtype; router and LM head stay wide.
-        dense_bytes = layers * (attention + (0 if model.is_moe else mlp) + shared) * layer_bytes
-        dense_bytes += (layers * router + head) * wide
-        pair_flops = 4 * model.head_dim * (model.num_attention_heads // tp) * layers
+        dense_bytes = (layers * attention + dense + moe * shared) * layer_bytes
+        dense_bytes += (moe * router + head) * wide
+        pair_flops = model.pair_flops_per_head * (model.num_attention_heads // tp) * layers
         calls = 2 * layers if tp > 1 else 0
         link = gpu.link_bandwidth * gpu.link_efficiency
         kv_reads = gpu.hbm_bandwidth * gpu.hbm_efficiency
         experts = model.num_local_experts
-        # One GEMV per projection: Q/K/V, O, and the MLP's two (a MoE layer: its router;
-        # its experts' GEMMs are the fused-MoE call of moe_layer_s; a shared expert's two
-        # and its gate are their own), and the LM head.
-        per_layer = (3 + (3 if shared else 0)) if experts else 4
-        gemv_fixed = gpu.gemv_latency_s * (layers * per_layer + 1)
-        token_s = 2 * layers * (attention + per_tok * mlp + shared + router) / flops
+        gemv_fixed = gpu.gemv_latency_s * _gemv_kernels(model)
+        token_s = 2 * (layers * attention + dense + moe * (per_tok * mlp + shared + router)) / flops
         # Every GEMM pays for padding its few tokens: each touched expert's GEMMs too.
-        dense_flops = 2 * layers * (attention + router + shared + (0 if experts else mlp))
+        dense_flops = 2 * (layers * attention + dense + moe * (router + shared))
         chunk_sq = pair_flops / (gpu.peak_flops * gpu.chunk_attention_efficiency)
         pair_efficiency = backend.pair_efficiency or gpu.attention_efficiency
         return cls(
@@ -179,14 +177,13 @@ class RooflineModel:
             model=model.name,
             gpu=gpu.name,
             tp=tp,
-            overhead_s=gpu.step_overhead_s
-            + layers * (gpu.layer_overhead_s + (gpu.moe_layer_s if experts else 0.0)),
+            overhead_s=gpu.step_overhead_s + layers * gpu.layer_overhead_s + moe * gpu.moe_layer_s,
             token_s=token_s,
             gemm_fixed_s=dense_flops / flops * gpu.gemm_half_tokens,
-            expert_fixed_s=2 * layers * mlp / flops * gpu.expert_half_tokens if experts else 0.0,
+            expert_fixed_s=2 * moe * mlp / flops * gpu.expert_half_tokens if experts else 0.0,
             head_row_s=2 * head / (gpu.peak_flops * gpu.gemm_efficiency),
             dense_read_s=dense_bytes / reads + gemv_fixed,
-            expert_read_s=layers * mlp * layer_bytes / reads if experts else 0.0,
+            expert_read_s=moe * mlp * layer_bytes / reads if experts else 0.0,
             experts=float(experts),
             expert_miss=1.0 - per_tok / experts if experts else 0.0,
             pair_s=pair_flops / (gpu.peak_flops * pair_efficiency),
@@ -287,12 +284,24 @@ def _gemm_flops(model: ModelSpec, gpu: GpuSpec) -> float:
     return gpu.peak_flops
 
 
+def _gemv_kernels(model: ModelSpec) -> int:
+    """The linear layers' kernels of one step at few tokens, each with its fixed latency:
+    per layer the attention's (Q/K/V and O; MLA's five: the fused down-projections, the
+    query's up-projection, the two absorbed K/V up-projections of its decode, O), a dense
+    MLP's two (gate/up, down) or a MoE layer's router (its experts' GEMMs are the fused-MoE
+    call of ``moe_layer_s``) with a shared expert's two and its gate; and the LM head."""
+    layers, moe = model.num_hidden_layers, model.moe_layers
+    attention = 5 if model.is_mla else 2
+    shared = (3 if model.shared_expert_gate else 2) if model.shared_expert_intermediate_size else 0
+    return layers * attention + (layers - moe) * 2 + moe * (1 + shared) + 1
+
+
 def _kv_read_bytes(model: ModelSpec, tp: int, backend: AttentionBackend) -> int:
     """Bytes decode attention reads per context token on one GPU: its K and V in every
     layer, once per K/V head, or once per query head for a backend that reads a K/V head's
     cache in every query head's thread block (vLLM's PagedAttention kernel: with grouped-query
-    attention, query heads per K/V head times the bytes)."""
-    if not backend.kv_read_per_query_head:
+    attention, query heads per K/V head times the bytes); MLA's latent once."""
+    if not backend.kv_read_per_query_head or model.is_mla:
         return model.kv_bytes_per_token(tp)
     per_head = model.kv_bytes_per_token(tp) // model.kv_heads_per_gpu(tp)
     return per_head * (model.num_attention_heads // tp)
