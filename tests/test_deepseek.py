@@ -146,14 +146,9 @@ def test_the_roofline_of_mla_and_dense_first_layers() -> None:
         ({"v_head_dim": None}, "key 'v_head_dim': expected a positive whole number, got null"),
         (
             {"first_k_dense_replace": 61},
-            "key 'first_k_dense_replace': 61 dense layers of num_hidden_layers (61) leave no"
-            " MoE layer",
+            "key 'first_k_dense_replace': no layer of num_hidden_layers (61) is a MoE layer",
         ),
-        (
-            {"moe_layer_freq": 2},
-            "key 'moe_layer_freq': 2: MoE in every 2th layer only, dense layers among the MoE"
-            " layers are not modelled (only 1)",
-        ),
+        ({"moe_layer_freq": 0}, "key 'moe_layer_freq': expected a positive whole number, got 0"),
         (
             {"num_local_experts": 8},
             "key 'n_routed_experts': give one of num_local_experts, num_experts,"
@@ -174,10 +169,16 @@ def test_a_bad_deepseek_config_names_its_key(
     assert str(err.value) == f"{path}: {message}"
 
 
+def test_every_other_deepseek_layer_with_moe_layer_freq(tmp_path: Path) -> None:
+    # Layers 3 to 60, every second one from layer 3's index parity: 4, 6, ..., 60 are MoE.
+    spec = load_model_config(_write(tmp_path, DEEPSEEK_V3 | {"moe_layer_freq": 2}))
+    assert (spec.moe_layers, spec.dense_layers) == (29, 32)
+
+
 def test_mla_fields_go_together() -> None:
     with pytest.raises(ValueError, match="needs qk_nope_head_dim, qk_rope_head_dim"):
         replace(MODELS["deepseek-v3"], v_head_dim=0)
     with pytest.raises(ValueError, match="are for multi-head latent attention"):
         replace(MODELS["llama-3.1-8b"], q_lora_rank=1536)
-    with pytest.raises(ValueError, match="first_dense_layers is for a mixture of experts"):
-        replace(MODELS["llama-3.1-8b"], first_dense_layers=1)
+    with pytest.raises(ValueError, match="dense_layers is for a mixture of experts"):
+        replace(MODELS["llama-3.1-8b"], dense_layers=1)

@@ -11,6 +11,7 @@ from .engines.catalog import (
     kv_memory,
     with_dtypes,
 )
+from .engines.config_values import MAX_MODEL_COUNT
 from .engines.errors import (
     EngineFitError,
     EngineRangeError,
@@ -27,7 +28,6 @@ from .engines.gpus import (
 )
 from .engines.model_config import (
     FP8_QUANT_METHODS,
-    MAX_MODEL_COUNT,
     load_model_config,
     model_name,
     resolve_model,

@@ -8,7 +8,9 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from .._check import path, show
-from .._json import Number, exact, whole
+from .._json import Number, exact
+from .config_layers import _experts, _mla
+from .config_values import _count, _flag
 from .errors import ModelConfigError
 from .model_families import FAMILIES, REFUSED_FAMILIES, TEXT_CONFIG_DEFAULTS, Family
 from .model_presets import _MODEL_KEYS, MODELS
@@ -17,36 +19,6 @@ from .names import _kind, _read_json
 
 if TYPE_CHECKING:
     pass
-
-
-MAX_MODEL_COUNT = 10**12
-"""The largest count a ``config.json`` key may hold (layers, sizes, heads, experts): far
-above any real model, low enough that every figure derived from them stays exact."""
-
-
-def _count(
-    path: str, table: dict[str, Any], key: str, default: int | None = None, label: str = ""
-) -> int:
-    """A positive whole number of ``table[key]``, at most :data:`MAX_MODEL_COUNT`
-    (``default`` when absent or null); errors name the key as ``label`` when given."""
-    value = table.get(key)
-    name = label or key
-    if value is None and default is not None:
-        return default
-    if value is None and key not in table:
-        raise ModelConfigError(f"{path}: key {name!r}: missing (a positive whole number)")
-    parsed = exact(value) if isinstance(value, Number) else None
-    number = whole(*parsed) if parsed is not None and abs(parsed[0]) < 10**30 else None
-    if number is None or number < 1:
-        raise ModelConfigError(
-            f"{path}: key {name!r}: expected a positive whole number, got {_kind(value)}"
-        )
-    if number > MAX_MODEL_COUNT:
-        raise ModelConfigError(
-            f"{path}: key {name!r}: expected a positive whole number up to 10**12, got"
-            f" {_kind(value)}"
-        )
-    return number
 
 
 _DBRX_KEYS = {
@@ -114,15 +86,6 @@ def _family(path: str, table: dict[str, Any]) -> Family:
     return FAMILIES.get(model_type, Family())
 
 
-def _flag(path: str, table: dict[str, Any], key: str, default: bool) -> bool:
-    value = table.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ModelConfigError(f"{path}: key {key!r}: expected true or false, got {_kind(value)}")
-    return value
-
-
 def _flatten_family(
     path: str, table: dict[str, Any], family: Family
 ) -> tuple[dict[str, Any], dict[str, str]]:
@@ -181,133 +144,6 @@ def _heads(
             " and there is no head_dim to give the head size"
         )
     return kv, _count(path, table, "head_dim", hidden // heads)
-
-
-def _present(table: dict[str, Any], key: str) -> bool:
-    """Whether ``table[key]`` is set: not absent, null, 0, false or empty."""
-    value = table.get(key)
-    if isinstance(value, Number):
-        parsed = exact(value)
-        return parsed is None or parsed[0] != 0
-    return value not in (None, False, 0) and value != [] and value != {}
-
-
-def _refuse_moe_layouts(path: str, table: dict[str, Any]) -> None:
-    """Refuse, naming the key, the mixture-of-experts layouts the roofline does not model:
-    dense layers among the MoE ones (``mlp_only_layers``, ``decoder_sparse_step`` or
-    ``moe_layer_freq`` other than 1; DeepSeek's leading dense layers,
-    ``first_k_dense_replace``, are modelled)."""
-    if _present(table, "mlp_only_layers"):
-        raise ModelConfigError(
-            f"{path}: key 'mlp_only_layers': dense layers among the MoE layers are not"
-            f" modelled (got {_kind(table['mlp_only_layers'])}; only [] or absent)"
-        )
-    for key in ("decoder_sparse_step", "moe_layer_freq"):
-        step = _count(path, table, key, 1)
-        if step != 1:
-            raise ModelConfigError(
-                f"{path}: key {key!r}: {step}: MoE in every {step}th layer only, dense layers"
-                " among the MoE layers are not modelled (only 1)"
-            )
-
-
-_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
-"""The experts' count under Mixtral's, Qwen-MoE's and DeepSeek's names."""
-
-
-def _experts(path: str, table: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
-    """The :class:`ModelSpec` fields of the experts, none for a dense model. Experts:
-    Mixtral's ``num_local_experts``, Qwen-MoE's ``num_experts`` (with its
-    ``moe_intermediate_size``, the MLP size of one expert, and Qwen2-MoE's gated shared
-    expert, 0 or absent for none) or DeepSeek's ``n_routed_experts`` (with
-    ``moe_intermediate_size``, ``n_shared_experts`` ungated shared experts of that size, and
-    ``first_k_dense_replace`` dense layers first). Errors across keys name them as
-    ``names`` does, else as themselves."""
-    _refuse_moe_layouts(path, table)
-    keys = [key for key in _EXPERT_KEYS if _present(table, key)]
-    if len(keys) > 1:
-        raise ModelConfigError(
-            f"{path}: key {keys[1]!r}: give one of {', '.join(_EXPERT_KEYS)}, not both"
-            f" {keys[0]} and {keys[1]}"
-        )
-    if not keys:
-        if table.get("num_experts_per_tok") is not None:
-            _count(path, table, "num_local_experts")  # missing: the error names it
-        for sized in ("moe_intermediate_size", "shared_expert_intermediate_size"):
-            if _present(table, sized):
-                raise ModelConfigError(
-                    f"{path}: key {sized!r}: an expert size without experts"
-                    f" ({', '.join(_EXPERT_KEYS)})"
-                )
-        if _present(table, "n_shared_experts"):
-            raise ModelConfigError(
-                f"{path}: key 'n_shared_experts': shared experts without routed ones"
-                " (n_routed_experts)"
-            )
-        return {}
-    (key,) = keys
-    experts = _count(path, table, key)
-    per_tok = _count(path, table, "num_experts_per_tok")
-    if per_tok > experts:
-        per_tok_key, experts_key = (names.get(k, k) for k in ("num_experts_per_tok", key))
-        raise ModelConfigError(
-            f"{path}: key {per_tok_key!r}: {per_tok} is above {experts_key} ({experts})"
-        )
-    # Qwen-MoE's and DeepSeek's experts have their own size; Mixtral's are intermediate_size.
-    size = _count(path, table, "moe_intermediate_size", 0 if key == "num_local_experts" else None)
-    fields = {
-        "num_local_experts": experts,
-        "num_experts_per_tok": per_tok,
-        "expert_intermediate_size": size,
-    }
-    if key == "n_routed_experts":
-        shared = (
-            _count(path, table, "n_shared_experts") if _present(table, "n_shared_experts") else 0
-        )
-        dense = (
-            _count(path, table, "first_k_dense_replace", 0)
-            if _present(table, "first_k_dense_replace")
-            else 0
-        )
-        layers = _count(path, table, "num_hidden_layers")
-        if dense >= layers:
-            raise ModelConfigError(
-                f"{path}: key 'first_k_dense_replace': {dense} dense layers of"
-                f" num_hidden_layers ({layers}) leave no MoE layer"
-            )
-        fields |= {
-            "shared_expert_intermediate_size": shared * size,
-            "shared_expert_gate": False,
-            "first_dense_layers": dense,
-        }
-    elif _present(table, "n_shared_experts"):
-        raise ModelConfigError(
-            f"{path}: key 'n_shared_experts': DeepSeek's shared experts go with its routed"
-            f" ones (n_routed_experts), not with {key}"
-        )
-    elif _present(table, "shared_expert_intermediate_size"):
-        fields["shared_expert_intermediate_size"] = _count(
-            path, table, "shared_expert_intermediate_size"
-        )
-    return fields
-
-
-_MLA_WIDTHS = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-"""MLA's per-head widths, each required with ``kv_lora_rank``."""
-
-
-def _mla(path: str, table: dict[str, Any]) -> dict[str, Any]:
-    """The :class:`ModelSpec` fields of multi-head latent attention (``kv_lora_rank``,
-    ``q_lora_rank`` null or absent for none, and the per-head widths), none without it;
-    ``head_dim`` is then the query/key width."""
-    if not _present(table, "kv_lora_rank"):
-        return {}
-    fields = {key: _count(path, table, key) for key in ("kv_lora_rank", *_MLA_WIDTHS)}
-    fields["q_lora_rank"] = (
-        _count(path, table, "q_lora_rank") if _present(table, "q_lora_rank") else 0
-    )
-    fields["head_dim"] = fields["qk_nope_head_dim"] + fields["qk_rope_head_dim"]
-    return fields
 
 
 def _dtype(path: str, table: dict[str, Any]) -> str:
@@ -389,9 +225,8 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
 
     Required keys: ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
     ``intermediate_size``, ``vocab_size``; optional: ``num_key_value_heads`` (default: the
-    attention heads), ``head_dim`` (default: hidden / heads), ``num_local_experts`` (Mixtral)
-    or ``num_experts`` with ``moe_intermediate_size`` (Qwen-MoE) and optionally
-    ``shared_expert_intermediate_size`` (Qwen2-MoE), each with ``num_experts_per_tok``,
+    attention heads), ``head_dim`` (default: hidden / heads), the experts and multi-head
+    latent attention of Mixtral, Qwen-MoE, DeepSeek and Llama 4 (:mod:`.config_layers`),
     ``torch_dtype`` (or ``dtype``; default bfloat16), ``quantization_config`` (FP8 weights
     only), ``tie_word_embeddings`` (default: the family's, false for Llama's). A DBRX config
     (``model_type`` ``"dbrx"``) gives the counts under MPT's names (``n_layers``,
@@ -400,9 +235,9 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
     :data:`~.model_families.FAMILIES` (GPT-2, OPT, Falcon, GPT-NeoX, Phi-2, StarCoder2,
     Gemma...) are read with their names, MLP and tying default; a vision-language config is
     read as its ``text_config``. Other keys are ignored, but for the layouts not modelled
-    (DeepSeek's experts, dense layers among MoE ones, the families of
-    :data:`~.model_families.REFUSED_FAMILIES`), which are refused. A missing key or a bad
-    value raises :class:`ModelConfigError` naming the file and key.
+    (the families of :data:`~.model_families.REFUSED_FAMILIES`, a MoE without a MoE layer),
+    which are refused. A missing key or a bad value raises :class:`ModelConfigError` naming
+    the file and key.
     """
     name = os.fspath(path)
     top = _read_json(name, ModelConfigError)
@@ -435,18 +270,17 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
     if not isinstance(label, str) or isinstance(label, Number) or not label:
         label = name
     dtype = _dtype(where, table)
-    attention: dict[str, Any] = {"head_dim": head_dim, **_mla(where, table)}
+    # Llama 4's experts name the dense layers' MLP size themselves (intermediate_size_mlp).
+    layout = counts | {"head_dim": head_dim} | _mla(where, table) | experts
     return ModelSpec(
         name=label,
         num_key_value_heads=kv,
-        **attention,
-        **experts,
         dtype_bytes=_DTYPE_BYTES[dtype],
         weight_dtype=_weight_dtype(where, table, dtype),
         tie_word_embeddings=_flag(where, table, "tie_word_embeddings", family.tied),
         gated_mlp=family.gated_mlp,
         source=name,
-        **counts,
+        **layout,
     )
 
 

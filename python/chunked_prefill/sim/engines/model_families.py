@@ -70,10 +70,6 @@ embeddings (OPT, GPT-2) are not counted: under 1.5 % of the weights."""
 
 
 REFUSED_FAMILIES: dict[str, str] = {
-    "llama4": "Llama 4's layers (a shared expert beside each token's routed one, dense"
-    " layers between the MoE ones in Maverick, chunked attention)",
-    "llama4_text": "Llama 4's layers (a shared expert beside each token's routed one, dense"
-    " layers between the MoE ones in Maverick, chunked attention)",
     "bloom": "BLOOM's layout (ALiBi, n_embed and n_layer names)",
     "mpt": "MPT's layout (ALiBi, d_model and expansion_ratio names)",
 }
@@ -98,6 +94,19 @@ TEXT_CONFIG_DEFAULTS: dict[str, dict[str, int]] = {
         "intermediate_size": 14336,
         "vocab_size": 32000,
     },
+    "llama4_text": {
+        "num_hidden_layers": 48,
+        "hidden_size": 5120,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 8192,
+        "intermediate_size_mlp": 16384,
+        "vocab_size": 202048,
+        "num_local_experts": 16,
+        "num_experts_per_tok": 1,
+        "interleave_moe_layer_step": 1,
+    },
     "llama": {
         "num_hidden_layers": 32,
         "hidden_size": 4096,
@@ -107,7 +116,8 @@ TEXT_CONFIG_DEFAULTS: dict[str, dict[str, int]] = {
     },
 }
 """The defaults of the text configs that vision-language models nest (Gemma 3's
-``Gemma3TextConfig``, Mistral 3's and LLaVA's ``MistralConfig`` and ``LlamaConfig``):
+``Gemma3TextConfig``, Llama 4's ``Llama4TextConfig``, Mistral 3's and LLaVA's
+``MistralConfig`` and ``LlamaConfig``):
 transformers writes a nested config's keys only where they differ from its class's
 defaults, so Gemma-3-4B's ``text_config`` has no ``num_attention_heads`` (8, the
 default)."""

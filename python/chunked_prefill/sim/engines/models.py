@@ -80,9 +80,11 @@ class ModelSpec:
     """MLA: each head's query/key width with rotary embedding (the key's is shared)."""
     v_head_dim: int = 0
     """MLA: each head's value width."""
-    first_dense_layers: int = 0
-    """A mixture of experts' leading dense layers (DeepSeek's ``first_k_dense_replace``),
-    whose MLP is ``intermediate_size``; the layers after them are MoE layers."""
+    dense_layers: int = 0
+    """The layers of a mixture of experts whose MLP is dense, of ``intermediate_size``
+    (DeepSeek's ``first_k_dense_replace``, Llama 4 Maverick's every other layer, Qwen-MoE's
+    ``mlp_only_layers``); the others are MoE layers. A step's cost depends on their count,
+    not on where they are."""
     shared_expert_gate: bool = True
     """Whether a shared expert's output passes a one-output sigmoid gate (Qwen2-MoE) or is
     added as it is (DeepSeek)."""
@@ -122,14 +124,14 @@ class ModelSpec:
                 f"model {self.name}: q_lora_rank and the MLA head widths are for multi-head"
                 " latent attention (kv_lora_rank > 0)"
             )
-        if self.first_dense_layers and not 0 < self.first_dense_layers < self.num_hidden_layers:
+        if self.dense_layers and not 0 < self.dense_layers < self.num_hidden_layers:
             raise ValueError(
-                f"model {self.name}: first_dense_layers must be below num_hidden_layers"
-                f" ({self.num_hidden_layers}), got {self.first_dense_layers}"
+                f"model {self.name}: dense_layers must be below num_hidden_layers"
+                f" ({self.num_hidden_layers}), got {self.dense_layers}"
             )
-        if self.first_dense_layers and not self.is_moe:
+        if self.dense_layers and not self.is_moe:
             raise ValueError(
-                f"model {self.name}: first_dense_layers is for a mixture of experts"
+                f"model {self.name}: dense_layers is for a mixture of experts"
                 " (num_local_experts > 0)"
             )
         for key in ("expert_intermediate_size", "shared_expert_intermediate_size"):
@@ -161,7 +163,7 @@ class ModelSpec:
     @property
     def moe_layers(self) -> int:
         """Layers whose MLP is a mixture of experts (0 for a dense model)."""
-        return self.num_hidden_layers - self.first_dense_layers if self.is_moe else 0
+        return self.num_hidden_layers - self.dense_layers if self.is_moe else 0
 
     def _mla_params(self) -> tuple[int, int]:
         """MLA's weights of one layer: (replicated on every GPU of a TP group, split by
@@ -222,7 +224,7 @@ class ModelSpec:
     @property
     def dense_mlp_params(self) -> int:
         """One dense MLP of ``intermediate_size`` (a dense model's every layer, a MoE's
-        :attr:`first_dense_layers`)."""
+        :attr:`dense_layers`)."""
         return (3 if self.gated_mlp else 2) * self.hidden_size * self.intermediate_size
 
     @property
