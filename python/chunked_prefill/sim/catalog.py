@@ -11,7 +11,6 @@ from .engines.catalog import (
     kv_memory,
     with_dtypes,
 )
-from .engines.config_values import MAX_MODEL_COUNT
 from .engines.errors import (
     EngineFitError,
     EngineRangeError,
@@ -26,18 +25,19 @@ from .engines.gpus import (
     load_gpu_profile,
     resolve_gpu,
 )
-from .engines.model_config import (
-    FP8_QUANT_METHODS,
-    load_model_config,
-    model_name,
-    resolve_model,
-)
-from .engines.model_presets import MODEL_ALIASES, MODELS
 from .engines.models import (
     KV_CACHE_DTYPES,
     QUANTIZATIONS,
     ModelSpec,
 )
+from .engines.models.config import (
+    FP8_QUANT_METHODS,
+    load_model_config,
+    model_name,
+    resolve_model,
+)
+from .engines.models.presets import MODEL_ALIASES, MODELS
+from .engines.models.values import MAX_MODEL_COUNT
 
 __all__ = [
     "FP8_QUANT_METHODS",

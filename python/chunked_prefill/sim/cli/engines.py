@@ -12,8 +12,8 @@ from ..._args import UsageError, float_flag, int_flag, list_of, one_line
 from ..engines.errors import ModelConfigError
 from ..engines.gpus import GPU_ALIASES, GPUS, GpuSpec, resolve_gpu
 from ..engines.linear import DEFAULT_GPU_MEMORY_UTILIZATION, GIB
-from ..engines.model_presets import MODEL_ALIASES, MODELS
 from ..engines.models import ModelSpec
+from ..engines.models.presets import MODEL_ALIASES, MODELS
 from .flags.roofline import add_dtype_flags, dtype_args
 
 PROG = "chunked-prefill engines"
@@ -136,7 +136,7 @@ def add_parser(subparsers: Any) -> None:
 def _selection(args: argparse.Namespace) -> tuple[list[ModelSpec], list[GpuSpec], list[int]]:
     """The models, GPUs and TP degrees the filters keep (in their order, once each)."""
     from ..engines.catalog import TP_DEGREES
-    from ..engines.model_config import resolve_model  # reads config.json: run only
+    from ..engines.models.config import resolve_model  # reads config.json: run only
 
     models, gpus = list(MODELS.values()), list(GPUS.values())
     if args.model is not None:

@@ -12,7 +12,7 @@ from typing import Any
 from ..._args import UsageError, float_flag, int_flag
 from ..._output import check_output, replacing
 from ..engines.gpus import GPUS
-from ..engines.model_presets import MODELS
+from ..engines.models.presets import MODELS
 from .flags.roofline import SOFTWARE_FLAGS, add_software_flags
 
 __all__ = ["add_parser", "run"]

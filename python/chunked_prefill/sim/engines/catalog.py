@@ -16,8 +16,8 @@ from .._check import real, show
 from .errors import EngineFitError, EngineRangeError, ModelConfigError
 from .gpus import _GPU_KEYS, GpuSpec, resolve_gpu
 from .linear import DEFAULT_GPU_MEMORY_UTILIZATION, GIB, KVMemory
-from .model_config import resolve_model
 from .models import KV_CACHE_DTYPES, QUANTIZATIONS, ModelSpec
+from .models.config import resolve_model
 from .software import DEFAULT_ATTENTION_BACKEND, DEFAULT_SERVING_ENGINE, ServingEngine
 
 if TYPE_CHECKING:

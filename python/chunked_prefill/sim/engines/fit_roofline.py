@@ -36,8 +36,8 @@ import numpy.typing as npt
 from .catalog import engine_for
 from .fit import REWEIGHTS, Steps, _nnls, _thresholds, fit_warnings
 from .gpus import GpuSpec, resolve_gpu
-from .model_config import resolve_model
 from .models import ModelSpec
+from .models.config import resolve_model
 from .roofline import RooflineModel
 from .software import (
     DEFAULT_ATTENTION_BACKEND,

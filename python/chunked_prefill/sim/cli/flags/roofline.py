@@ -10,8 +10,8 @@ from typing import Any
 from ...._args import UsageError, float_flag, int_flag, list_of
 from ...engines.gpus import GPU_ALIASES, GPUS
 from ...engines.linear import GIB, KVMemory
-from ...engines.model_presets import MODELS
 from ...engines.models import KV_CACHE_DTYPES, QUANTIZATIONS
+from ...engines.models.presets import MODELS
 from ...engines.roofline import RooflineModel
 from ...engines.software import (
     ATTENTION_BACKENDS,

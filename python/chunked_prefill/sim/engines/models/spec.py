@@ -1,13 +1,13 @@
 """Models described by architecture: :class:`ModelSpec` (the fields of a Hugging Face
 ``config.json``) and the dtypes the catalog knows; the presets are in
-:mod:`.model_presets`."""
+:mod:`.presets`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .errors import EngineFitError
+from ..errors import EngineFitError
 
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 

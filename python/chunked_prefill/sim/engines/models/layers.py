@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._json import Number
-from .config_values import _count, _present
-from .errors import ModelConfigError
-from .names import _kind
+from ..._json import Number
+from ..errors import ModelConfigError
+from ..names import _kind
+from .values import _count, _present
 
 _EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 """The experts' count under Mixtral's (and Llama 4's), Qwen-MoE's and DeepSeek's names."""
@@ -109,7 +109,7 @@ def _no_experts(path: str, table: dict[str, Any]) -> dict[str, Any]:
 
 
 def _experts(path: str, table: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
-    """The :class:`~.models.ModelSpec` fields of the experts, none for a dense model.
+    """The :class:`~.spec.ModelSpec` fields of the experts, none for a dense model.
     Experts: Mixtral's ``num_local_experts`` (of ``intermediate_size``; Llama 4's too, with a
     shared expert of that size and dense layers of ``intermediate_size_mlp``), Qwen-MoE's
     ``num_experts`` (of ``moe_intermediate_size``, with Qwen2-MoE's gated shared expert) or
@@ -154,7 +154,7 @@ _MLA_WIDTHS = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
 def _mla(path: str, table: dict[str, Any]) -> dict[str, Any]:
-    """The :class:`~.models.ModelSpec` fields of multi-head latent attention
+    """The :class:`~.spec.ModelSpec` fields of multi-head latent attention
     (``kv_lora_rank``, ``q_lora_rank`` null or absent for none, and the per-head widths),
     none without it; ``head_dim`` is then the query/key width."""
     if not _present(table, "kv_lora_rank"):

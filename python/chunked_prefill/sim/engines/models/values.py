@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._json import Number, exact, whole
-from .errors import ModelConfigError
-from .names import _kind
+from ..._json import Number, exact, whole
+from ..errors import ModelConfigError
+from ..names import _kind
 
 MAX_MODEL_COUNT = 10**12
 """The largest count a ``config.json`` key may hold (layers, sizes, heads, experts): far

@@ -7,15 +7,15 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
-from .._check import path, show
-from .._json import Number, exact
-from .config_layers import _experts, _mla
-from .config_values import _count, _flag
-from .errors import ModelConfigError
-from .model_families import FAMILIES, REFUSED_FAMILIES, TEXT_CONFIG_DEFAULTS, Family
-from .model_presets import _MODEL_KEYS, MODELS
-from .models import _DTYPE_BYTES, ModelSpec
-from .names import _kind, _read_json
+from ..._check import path, show
+from ..._json import Number, exact
+from ..errors import ModelConfigError
+from ..names import _kind, _read_json
+from .families import FAMILIES, REFUSED_FAMILIES, TEXT_CONFIG_DEFAULTS, Family
+from .layers import _experts, _mla
+from .presets import _MODEL_KEYS, MODELS
+from .spec import _DTYPE_BYTES, ModelSpec
+from .values import _count, _flag
 
 if TYPE_CHECKING:
     pass
@@ -57,7 +57,7 @@ def _flatten_dbrx(path: str, table: dict[str, Any]) -> dict[str, Any]:
 def _language_model(path: str, table: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """A vision-language config's language model: its ``text_config`` when the file has no
     ``num_hidden_layers`` of its own (Gemma 3, Mistral 3, LLaVA), with its class's defaults
-    for the keys it leaves out (:data:`~.model_families.TEXT_CONFIG_DEFAULTS`) and the
+    for the keys it leaves out (:data:`~.families.TEXT_CONFIG_DEFAULTS`) and the
     file's dtype and quantization where it has none; errors then name the file as
     ``PATH: text_config``. Any other config as is."""
     text = table.get("text_config")
@@ -73,7 +73,7 @@ def _language_model(path: str, table: dict[str, Any]) -> tuple[str, dict[str, An
 
 
 def _family(path: str, table: dict[str, Any]) -> Family:
-    """The :data:`~.model_families.FAMILIES` entry of the file's ``model_type`` (Llama's
+    """The :data:`~.families.FAMILIES` entry of the file's ``model_type`` (Llama's
     reading when absent or not listed); a family of :data:`REFUSED_FAMILIES` is refused."""
     model_type = table.get("model_type")
     if not isinstance(model_type, str):
@@ -226,16 +226,16 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
     Required keys: ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
     ``intermediate_size``, ``vocab_size``; optional: ``num_key_value_heads`` (default: the
     attention heads), ``head_dim`` (default: hidden / heads), the experts and multi-head
-    latent attention of Mixtral, Qwen-MoE, DeepSeek and Llama 4 (:mod:`.config_layers`),
+    latent attention of Mixtral, Qwen-MoE, DeepSeek and Llama 4 (:mod:`.layers`),
     ``torch_dtype`` (or ``dtype``; default bfloat16), ``quantization_config`` (FP8 weights
     only), ``tie_word_embeddings`` (default: the family's, false for Llama's). A DBRX config
     (``model_type`` ``"dbrx"``) gives the counts under MPT's names (``n_layers``,
     ``d_model``, ``n_heads``, ``attn_config.kv_n_heads``, ``ffn_config``'s
     ``ffn_hidden_size``, ``moe_num_experts``, ``moe_top_k``); the families of
-    :data:`~.model_families.FAMILIES` (GPT-2, OPT, Falcon, GPT-NeoX, Phi-2, StarCoder2,
+    :data:`~.families.FAMILIES` (GPT-2, OPT, Falcon, GPT-NeoX, Phi-2, StarCoder2,
     Gemma...) are read with their names, MLP and tying default; a vision-language config is
     read as its ``text_config``. Other keys are ignored, but for the layouts not modelled
-    (the families of :data:`~.model_families.REFUSED_FAMILIES`, a MoE without a MoE layer),
+    (the families of :data:`~.families.REFUSED_FAMILIES`, a MoE without a MoE layer),
     which are refused. A missing key or a bad value raises :class:`ModelConfigError` naming
     the file and key.
     """

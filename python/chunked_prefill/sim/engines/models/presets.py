@@ -4,7 +4,7 @@ preset's source is in its ``source`` field."""
 
 from __future__ import annotations
 
-from .models import ModelSpec
+from .spec import ModelSpec
 
 _HF = "https://huggingface.co/{}/blob/main/config.json"
 
