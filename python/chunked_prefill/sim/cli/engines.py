@@ -253,7 +253,7 @@ def _models_table(models: list[ModelSpec]) -> Any:
             m.name,
             str(m.num_hidden_layers),
             str(m.hidden_size),
-            f"{m.num_attention_heads}/{m.num_key_value_heads}",
+            f"{m.num_attention_heads}/{'MLA' if m.is_mla else m.num_key_value_heads}",
             f"{m.num_params / 1e9:.1f} B",
             f"{m.active_params / 1e9:.1f} B",
             m.weight_dtype,
