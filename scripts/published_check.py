@@ -9,6 +9,7 @@ roofline of that model, GPU and software, and prints published against predicted
     python scripts/published_check.py                 # every row, and the error summary
     python scripts/published_check.py --split issue   # the issue's rows only
     python scripts/published_check.py --markdown      # the table docs/engines.md shows
+    python scripts/published_check.py --csv examples/published/weight_only.csv  # GPTQ, AWQ
 
 Metrics: ``ttft`` the mean time to the first token, ``tpot`` the mean time per output token
 after the first, ``e2e`` the time until the last request finishes, ``gen_tps`` one request's

@@ -601,27 +601,45 @@ def test_fp8_checkpoints_hold_their_linear_weights_in_one_byte(tmp_path: Path, k
     ("quant", "message"),
     [
         (
-            {"quant_method": "gptq", "bits": 4},
-            "key 'quantization_config.quant_method': 'gptq' is not modelled (only FP8 weights:"
-            " fp8, fbgemm_fp8, compressed-tensors; other quantized weights would be counted at"
-            " the wrong size)",
+            {"quant_method": "gptq", "bits": 3},
+            "key 'quantization_config.bits': gptq with 3 bits is not modelled (only 4 or 8)",
         ),
         (
-            {"quant_method": "awq", "bits": 4},
-            "key 'quantization_config.quant_method': 'awq' is not modelled",
+            {"quant_method": "awq"},
+            "key 'quantization_config.bits': awq with null bits is not modelled (only 4 or 8)",
         ),
         (
             {"quant_method": "bitsandbytes", "load_in_4bit": True},
-            "key 'quantization_config.quant_method': 'bitsandbytes' is not modelled",
+            "key 'quantization_config.quant_method': 'bitsandbytes' is not modelled (only FP8"
+            " and weight-only integer weights: fp8, fbgemm_fp8, compressed-tensors, gptq, awq,"
+            " gptq_marlin, awq_marlin; other quantized weights would be counted at the wrong"
+            " size)",
         ),
         (
             {
                 "quant_method": "compressed-tensors",
-                "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "int"}}},
+                "config_groups": {
+                    "group_0": {
+                        "weights": {"num_bits": 8, "type": "int"},
+                        "input_activations": {"num_bits": 8, "type": "int"},
+                    }
+                },
             },
-            "key 'quantization_config.config_groups.group_0.weights': type 'int', num_bits 8 is"
-            ' not modelled (only 8-bit float weights, {"type": "float", "num_bits": 8}, are:'
-            " other quantized weights would be counted at the wrong size)",
+            "key 'quantization_config.config_groups.group_0.weights': type 'int', num_bits 8"
+            ' with quantized activations is not modelled (only 8-bit float weights, {"type":'
+            ' "float", "num_bits": 8}, and 4- or 8-bit integer weights with 16-bit activations'
+            " are: other quantized weights would be counted at the wrong size)",
+        ),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {
+                    "a": {"weights": {"num_bits": 8, "type": "float"}},
+                    "b": {"weights": {"num_bits": 4, "type": "int"}},
+                },
+            },
+            "key 'quantization_config.config_groups.b.weights': int4 beside fp8 in another"
+            " group is not modelled (one weight dtype only)",
         ),
         ({"load_in_8bit": True}, "key 'quantization_config.quant_method': missing"),
         ("fp8", "key 'quantization_config': expected an object, got 'fp8'"),

@@ -28,6 +28,23 @@ def test_the_docs_table_is_what_the_script_prints(capsys: pytest.CaptureFixture[
     assert "all:" + summaries.rstrip() in docs
 
 
+WEIGHT_ONLY = ROOT / "examples" / "published" / "weight_only.csv"
+
+
+def test_the_weight_only_table_is_what_the_script_prints(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert check.main(["--csv", str(WEIGHT_ONLY), "--markdown"]) == 0
+    out = capsys.readouterr().out
+    table, _, summaries = out.partition("\n\nall:")
+    docs = (ROOT / "docs" / "engines.md").read_text(encoding="utf-8")
+    assert table.strip() in docs
+    assert "all:" + summaries.rstrip() in docs
+    rows = check.read_rows(WEIGHT_ONLY)
+    assert len(rows) == 110
+    assert {r.weight_dtype for r in rows} == {"int4", "int8"}
+
+
 def test_the_issues_points_median_within_8_percent() -> None:
     issue = [r for r in ROWS if r.split == "issue"]
     assert len(issue) == 8

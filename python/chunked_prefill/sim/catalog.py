@@ -31,12 +31,12 @@ from .engines.models import (
     ModelSpec,
 )
 from .engines.models.config import (
-    FP8_QUANT_METHODS,
     load_model_config,
     model_name,
     resolve_model,
 )
 from .engines.models.presets import MODEL_ALIASES, MODELS
+from .engines.models.quantization import FP8_QUANT_METHODS, INT_QUANT_METHODS
 from .engines.models.values import MAX_MODEL_COUNT
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "GPUS",
     "GPU_ALIASES",
     "HOPPER_WEIGHT_READ_EFFICIENCY",
+    "INT_QUANT_METHODS",
     "KV_CACHE_DTYPES",
     "MAX_MODEL_COUNT",
     "MAX_TP",

@@ -135,7 +135,8 @@ def with_dtypes(
     ``auto`` keeps the model's, the fp8 ones store 1 byte per K/V element) and
     ``--quantization`` (``None``, or ``"fp8"``: the linear weights quantized to FP8 at load).
     A changed spec is named after what changed (``llama-3.1-8b (fp8 weights, fp8 KV)``).
-    Raises ``ValueError`` naming a value that is not one of these."""
+    Raises ``ValueError`` naming a value that is not one of these, or ``"fp8"`` for a
+    checkpoint whose weights are integers already."""
     if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in KV_CACHE_DTYPES:
         raise ValueError(
             f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, got"
@@ -145,6 +146,11 @@ def with_dtypes(
         raise ValueError(
             f"quantization must be None or one of {', '.join(QUANTIZATIONS)}, got"
             f" {show(quantization)}"
+        )
+    if quantization == "fp8" and model.weight_only:
+        raise ValueError(
+            f"quantization 'fp8' quantizes 16-bit weights at load, but {model.name}'s are"
+            f" {model.weight_dtype} already (a GPTQ or AWQ checkpoint)"
         )
     changes: dict[str, Any] = {}
     tags = []

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..._check import path, show
-from ..._json import Number, exact
+from ..._json import Number
 from ..errors import ModelConfigError
 from ..names import _kind, _read_json
 from .families import FAMILIES, REFUSED_FAMILIES, TEXT_CONFIG_DEFAULTS, Family
 from .layers import _experts, _mla
 from .presets import _MODEL_KEYS, MODELS
+from .quantization import _weight_dtype
 from .spec import _DTYPE_BYTES, ModelSpec
 from .values import _count, _flag
 
@@ -158,68 +160,6 @@ def _dtype(path: str, table: dict[str, Any]) -> str:
     return value
 
 
-FP8_QUANT_METHODS = ("fp8", "fbgemm_fp8", "compressed-tensors")
-"""``quantization_config.quant_method`` values read as FP8 weights (compressed-tensors only
-when every config group's weights are 8-bit floats)."""
-
-
-def _fp8_groups(path: str, quant: dict[str, Any]) -> None:
-    """Check that every config group of a compressed-tensors config quantizes its weights
-    to 8-bit floats (``{"type": "float", "num_bits": 8}``), naming the first that does not."""
-    groups = quant.get("config_groups")
-    if not isinstance(groups, dict) or not groups:
-        raise ModelConfigError(
-            f"{path}: key 'quantization_config.config_groups': expected a non-empty object,"
-            f" got {_kind(groups)}"
-        )
-    for name, group in groups.items():
-        key = f"quantization_config.config_groups.{name}.weights"
-        weights = group.get("weights") if isinstance(group, dict) else None
-        kind = weights.get("type") if isinstance(weights, dict) else None
-        bits = weights.get("num_bits") if isinstance(weights, dict) else None
-        parsed = exact(bits) if isinstance(bits, Number) else None
-        if kind != "float" or parsed is None or parsed[0] != 8:
-            got = (
-                f"type {_kind(kind)}, num_bits {_kind(bits)}"
-                if isinstance(weights, dict)
-                else _kind(weights)
-            )
-            raise ModelConfigError(
-                f"{path}: key {key!r}: {got} is not modelled (only 8-bit float weights,"
-                ' {"type": "float", "num_bits": 8}, are: other quantized weights would be'
-                " counted at the wrong size)"
-            )
-
-
-def _weight_dtype(path: str, table: dict[str, Any], dtype: str) -> str:
-    """``"fp8"`` for an FP8 checkpoint (``quantization_config``), else ``dtype``. Any other
-    quantization is refused: its weights are not ``dtype``'s size."""
-    quant = table.get("quantization_config")
-    if quant is None:
-        return dtype
-    if not isinstance(quant, dict):
-        raise ModelConfigError(
-            f"{path}: key 'quantization_config': expected an object, got {_kind(quant)}"
-        )
-    method = quant.get("quant_method")
-    if method is None:
-        raise ModelConfigError(f"{path}: key 'quantization_config.quant_method': missing")
-    if not isinstance(method, str) or isinstance(method, Number):
-        raise ModelConfigError(
-            f"{path}: key 'quantization_config.quant_method': expected a string, got"
-            f" {_kind(method)}"
-        )
-    if method not in FP8_QUANT_METHODS:
-        raise ModelConfigError(
-            f"{path}: key 'quantization_config.quant_method': {method!r} is not modelled"
-            f" (only FP8 weights: {', '.join(FP8_QUANT_METHODS)}; other quantized weights"
-            " would be counted at the wrong size)"
-        )
-    if method == "compressed-tensors":
-        _fp8_groups(path, quant)
-    return "fp8"
-
-
 def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
     """A :class:`ModelSpec` from a Hugging Face ``config.json``.
 
@@ -306,6 +246,9 @@ def resolve_model(model: str | os.PathLike[str] | ModelSpec) -> ModelSpec:
     preset = model_name(text) if isinstance(model, str) else None
     if preset is not None and not os.path.exists(text):
         return MODELS[preset]
+    quantized = _quantized_checkpoint(text) if isinstance(model, str) else None
+    if quantized is not None and not os.path.exists(text):
+        return quantized
     if os.path.isdir(text) and os.path.isfile(os.path.join(text, "config.json")):
         return load_model_config(os.path.join(text, "config.json"))
     if not os.path.exists(text) and not text.lower().endswith(".json"):
@@ -320,6 +263,24 @@ def resolve_model(model: str | os.PathLike[str] | ModelSpec) -> ModelSpec:
             " (or a preset's Hugging Face id: chunked-prefill engines --json lists them)"
         )
     return load_model_config(text)
+
+
+QUANTIZED_SUFFIXES = {"-gptq-int4": "int4", "-gptq-int8": "int8", "-awq": "int4", "-fp8": "fp8"}
+"""The suffixes of the quantized checkpoints published beside a model (Qwen's
+``Qwen2.5-7B-Instruct-GPTQ-Int4``, ``-GPTQ-Int8``, ``-AWQ``; ``Qwen3-8B-FP8``) and their
+linear weights' dtype."""
+
+
+def _quantized_checkpoint(text: str) -> ModelSpec | None:
+    """The preset of a Hugging Face id that is a preset's id with a quantized suffix
+    (:data:`QUANTIZED_SUFFIXES`, any case), its linear weights at that dtype; else ``None``."""
+    key = text.strip().lower()
+    for suffix, dtype in QUANTIZED_SUFFIXES.items():
+        base = model_name(key.removesuffix(suffix)) if key.endswith(suffix) else None
+        if base is not None and "/" in key:
+            spec = MODELS[base]
+            return replace(spec, name=f"{spec.name}-{suffix.lstrip('-')}", weight_dtype=dtype)
+    return None
 
 
 _REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -13,6 +14,23 @@ _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
 _WEIGHT_DTYPE_BYTES = {**_DTYPE_BYTES, "fp8": 1}
+
+
+GROUP_SCALE_BITS = 16 / 128
+"""The bits a weight-only integer checkpoint (GPTQ, AWQ) adds per weight: a 16-bit scale per
+group of 128 weights, the group size of the Qwen, Llama and Mistral checkpoints of
+GPTQ/AutoAWQ (smaller groups add at most half a bit more, not counted)."""
+
+_WEIGHT_BITS = {
+    **{dtype: 8.0 * size for dtype, size in _WEIGHT_DTYPE_BYTES.items()},
+    "int8": 8 + GROUP_SCALE_BITS,
+    "int4": 4 + GROUP_SCALE_BITS,
+}
+"""Bits per weight of the decoder layers' linear layers, by ``weight_dtype``."""
+
+WEIGHT_ONLY_DTYPES = ("int8", "int4")
+"""Weight-only integer dtypes (GPTQ, AWQ): vLLM's Marlin kernels read them and multiply in
+16 bits (w8a16, w4a16)."""
 
 
 KV_CACHE_DTYPES = {
@@ -59,8 +77,9 @@ class ModelSpec:
     dtype, the weights outside the decoder layers' linear layers, and the KV cache unless
     ``kv_dtype_bytes`` says otherwise."""
     weight_dtype: str = "bfloat16"
-    """The dtype of the decoder layers' linear weights: ``torch_dtype``'s, or ``"fp8"`` for
-    an FP8 checkpoint (``quantization_config``) or ``engine_for(quantization="fp8")``."""
+    """The dtype of the decoder layers' linear weights: ``torch_dtype``'s, ``"fp8"`` for an
+    FP8 checkpoint (``quantization_config``) or ``engine_for(quantization="fp8")``, or
+    ``"int8"``/``"int4"`` for a GPTQ or AWQ checkpoint (weight-only: 16-bit activations)."""
     kv_dtype_bytes: int = 0
     """Bytes per K/V element (``engine_for(kv_cache_dtype=...)``); 0: ``dtype_bytes``."""
     tie_word_embeddings: bool = False
@@ -92,16 +111,17 @@ class ModelSpec:
     """Where the figures come from."""
 
     def __post_init__(self) -> None:
-        if self.weight_dtype not in _WEIGHT_DTYPE_BYTES:
+        if self.weight_dtype not in _WEIGHT_BITS:
             raise ValueError(
                 f"model {self.name}: weight_dtype must be one of"
-                f" {', '.join(_WEIGHT_DTYPE_BYTES)}, got {self.weight_dtype!r}"
+                f" {', '.join(_WEIGHT_BITS)}, got {self.weight_dtype!r}"
             )
-        if self.weight_dtype != "fp8" and self.weight_dtype_bytes != self.dtype_bytes:
+        floating = self.weight_dtype in _DTYPE_BYTES
+        if floating and _DTYPE_BYTES[self.weight_dtype] != self.dtype_bytes:
             raise ValueError(
                 f"model {self.name}: weight_dtype {self.weight_dtype!r} is"
-                f" {self.weight_dtype_bytes} bytes but dtype_bytes is {self.dtype_bytes}"
-                " (only fp8 weights differ from the compute dtype)"
+                f" {_DTYPE_BYTES[self.weight_dtype]} bytes but dtype_bytes is {self.dtype_bytes}"
+                " (only quantized weights differ from the compute dtype)"
             )
         if self.kv_dtype_bytes not in (0, 1, 2, 4):
             raise ValueError(
@@ -146,9 +166,15 @@ class ModelSpec:
         return self.num_local_experts > 0
 
     @property
-    def weight_dtype_bytes(self) -> int:
-        """Bytes per weight of the decoder layers' linear layers (1 for fp8)."""
-        return _WEIGHT_DTYPE_BYTES[self.weight_dtype]
+    def weight_dtype_bytes(self) -> float:
+        """Bytes per weight of the decoder layers' linear layers (1 for fp8; 4.125 bits for
+        int4 and 8.125 for int8, their group scales included)."""
+        return _WEIGHT_BITS[self.weight_dtype] / 8
+
+    @property
+    def weight_only(self) -> bool:
+        """Whether the linear weights are weight-only integers (GPTQ, AWQ: Marlin)."""
+        return self.weight_dtype in WEIGHT_ONLY_DTYPES
 
     @property
     def kv_element_bytes(self) -> int:
@@ -311,7 +337,7 @@ class ModelSpec:
         )
         kept = moe * self.router_params + layers * 2 * self.hidden_size  # routers replicated
         return (
-            linear * self.weight_dtype_bytes
+            math.ceil(linear * self.weight_dtype_bytes)
             + kept * self.dtype_bytes
             + (self.embedding_params // tp + self.hidden_size) * self.dtype_bytes
         )
