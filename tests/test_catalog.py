@@ -250,6 +250,8 @@ def test_gpu_aliases_resolve_without_case(typed: str, preset: str) -> None:
         ("Llama-3.1-70B", "llama-3.1-70b"),
         ("gradientai/Llama-3-8B-Instruct-Gradient-1048k", "llama-3.1-8b"),
         ("mistralai/Mistral-7B-Instruct-v0.2", "mistral-7b-v0.1"),
+        ("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", "qwen2.5-32b"),
+        ("deepseek-ai/DeepSeek-R1-Distill-Llama-70B", "llama-3.3-70b"),
         ("google/gemma-2-27b-it", "gemma-2-27b"),
         ("Qwen/Qwen3-0.6B", "qwen3-0.6b"),
         ("microsoft/Phi-3-mini-128k-instruct", "phi-3-mini"),

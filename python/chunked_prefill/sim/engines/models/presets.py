@@ -583,6 +583,14 @@ MODEL_ALIASES: dict[str, str] = {
     "Qwen/Qwen2-72B": "qwen2.5-72b",
     "Qwen/Qwen2-72B-Instruct": "qwen2.5-72b",
     "gradientai/Llama-3-8B-Instruct-Gradient-1048k": "llama-3.1-8b",
+    # Fine-tunes of a preset's model (DeepSeek-R1's card names each distill's base, QwQ-32B
+    # is Qwen2.5-32B's): the same layers, widths and vocabulary.
+    "deepseek-ai/DeepSeek-R1-Distill-Llama-8B": "llama-3.1-8b",
+    "deepseek-ai/DeepSeek-R1-Distill-Llama-70B": "llama-3.3-70b",
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B": "qwen2.5-7b",
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B": "qwen2.5-14b",
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B": "qwen2.5-32b",
+    "Qwen/QwQ-32B": "qwen2.5-32b",
     "meta-llama/Llama-2-13b-hf": "llama-2-13b",
     "meta-llama/Llama-2-13b-chat-hf": "llama-2-13b",
     "mistralai/Mistral-7B-v0.1": "mistral-7b-v0.1",
