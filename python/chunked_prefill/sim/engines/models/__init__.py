@@ -1,7 +1,7 @@
 """Models described by architecture: :class:`ModelSpec` (:mod:`.spec`), the presets and
 their Hugging Face ids (:mod:`.presets`), and reading a ``config.json`` (:mod:`.config`:
 its families, :mod:`.families`; its experts and latent attention, :mod:`.layers`; its
-values, :mod:`.values`)."""
+quantization, :mod:`.quantization`; its values, :mod:`.values`)."""
 
 from __future__ import annotations
 
