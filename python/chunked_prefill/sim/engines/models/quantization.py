@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..._json import Number, exact
+from ..._json import Number, exact, whole
 from ..errors import ModelConfigError
 from ..names import _kind
 
@@ -22,8 +22,9 @@ _INT_DTYPES = {4: "int4", 8: "int8"}
 
 
 def _number(value: Any) -> int | None:
+    """A JSON number's exact whole value, else ``None``."""
     parsed = exact(value) if isinstance(value, Number) else None
-    return int(parsed[0]) if parsed is not None and parsed[0] == int(parsed[0]) else None
+    return whole(*parsed) if parsed is not None else None
 
 
 def _group_dtype(path: str, name: str, group: Any) -> str:
@@ -73,12 +74,13 @@ def _compressed_tensors(path: str, quant: dict[str, Any]) -> str:
 
 def _int_bits(path: str, quant: dict[str, Any], method: str) -> str:
     bits = quant.get("bits")
-    if _number(bits) not in _INT_DTYPES:
+    dtype = _INT_DTYPES.get(_number(bits) or 0)
+    if dtype is None:
         raise ModelConfigError(
             f"{path}: key 'quantization_config.bits': {method} with {_kind(bits)} bits is not"
             " modelled (only 4 or 8)"
         )
-    return _INT_DTYPES[_number(bits) or 0]
+    return dtype
 
 
 def _weight_dtype(path: str, table: dict[str, Any], dtype: str) -> str:

@@ -13,16 +13,14 @@ from ..errors import EngineFitError
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
-_WEIGHT_DTYPE_BYTES = {**_DTYPE_BYTES, "fp8": 1}
-
-
 GROUP_SCALE_BITS = 16 / 128
 """The bits a weight-only integer checkpoint (GPTQ, AWQ) adds per weight: a 16-bit scale per
 group of 128 weights, the group size of the Qwen, Llama and Mistral checkpoints of
 GPTQ/AutoAWQ (smaller groups add at most half a bit more, not counted)."""
 
 _WEIGHT_BITS = {
-    **{dtype: 8.0 * size for dtype, size in _WEIGHT_DTYPE_BYTES.items()},
+    **{dtype: 8.0 * size for dtype, size in _DTYPE_BYTES.items()},
+    "fp8": 8.0,
     "int8": 8 + GROUP_SCALE_BITS,
     "int4": 4 + GROUP_SCALE_BITS,
 }
@@ -204,14 +202,14 @@ class ModelSpec:
         split += self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
         return replicated, split + heads * self.v_head_dim * hidden
 
-    def attention_params(self, kv_heads: int | None = None) -> int:
-        """Q, K, V and O projection weights of one layer (``kv_heads`` K/V heads; MLA's
-        projections when :attr:`is_mla`)."""
+    def attention_params(self) -> int:
+        """Q, K, V and O projection weights of one layer (MLA's projections when
+        :attr:`is_mla`)."""
         if self.is_mla:
             return sum(self._mla_params())
-        kv = self.num_key_value_heads if kv_heads is None else kv_heads
         q = self.num_attention_heads * self.head_dim
-        return 2 * self.hidden_size * q + 2 * self.hidden_size * kv * self.head_dim
+        kv = self.num_key_value_heads * self.head_dim
+        return 2 * self.hidden_size * q + 2 * self.hidden_size * kv
 
     def attention_params_per_gpu(self, tp: int) -> int:
         """One layer's attention weights on one GPU of a TP group: split by heads, K/V
@@ -243,15 +241,17 @@ class ModelSpec:
         """Gate, up and down projection weights of one MLP (up and down without
         :attr:`gated_mlp`; one expert of a MoE layer, of ``expert_intermediate_size`` when
         set)."""
-        projections = 3 if self.gated_mlp else 2
-        size = self.expert_intermediate_size or self.intermediate_size
-        return projections * self.hidden_size * size
+        return self._mlp(self.expert_intermediate_size or self.intermediate_size)
 
     @property
     def dense_mlp_params(self) -> int:
         """One dense MLP of ``intermediate_size`` (a dense model's every layer, a MoE's
         :attr:`dense_layers`)."""
-        return (3 if self.gated_mlp else 2) * self.hidden_size * self.intermediate_size
+        return self._mlp(self.intermediate_size)
+
+    def _mlp(self, size: int) -> int:
+        """The weights of one MLP of ``size``: three matrices, two without a gate."""
+        return (3 if self.gated_mlp else 2) * self.hidden_size * size
 
     @property
     def shared_mlp_params(self) -> int:
