@@ -4,12 +4,14 @@ hand-computed runs of the memory model."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pytest
 
 from chunked_prefill.sim import EngineModel, Workload, default_workload
+from chunked_prefill.sim.catalog import MODELS
 from chunked_prefill.sim.report import results_to_json
 from chunked_prefill.sim.serving import ServingSimConfig, expand_serving_configs, simulate_serving
 
@@ -79,6 +81,8 @@ ROOFLINES = {
     "dense": ("llama-3.1-8b", "a100-80gb", 1),
     "moe, tp": ("mixtral-8x7b", "h100-sxm", 2),
     "tp 8, pcie": ("qwen2.5-32b", "l40s", 8),
+    # A window the default workload's prompts and outputs straddle.
+    "sliding window": (replace(MODELS["gemma-2-9b"], sliding_window=256), "a100-80gb", 1),
 }
 
 

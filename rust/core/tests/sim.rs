@@ -284,6 +284,9 @@ fn roofline_step_time_is_the_python_formula() {
         launch_s: 1e-3,
         cpu_step_s: 3e-4,
         seq_s: 5e-5,
+        window_tokens: 0.0,
+        window_pair_s: 0.0,
+        window_kv_token_s: 0.0,
     };
     let decode = StepShape {
         decode_tokens: 4,

@@ -296,13 +296,13 @@ fn step_model(
     }))
 }
 
-/// The roofline of its 17 coefficients, in the order of Python's `roofline.COEFFICIENTS`.
+/// The roofline of its 20 coefficients, in the order of Python's `roofline.COEFFICIENTS`.
 fn roofline_of(c: &[f64]) -> PyResult<Roofline> {
-    let &[overhead_s, token_s, gemm_fixed_s, expert_fixed_s, head_row_s, dense_read_s, expert_read_s, experts, expert_miss, pair_s, chunk_sq_s, kv_token_s, allreduce_call_s, allreduce_token_s, launch_s, cpu_step_s, seq_s] =
+    let &[overhead_s, token_s, gemm_fixed_s, expert_fixed_s, head_row_s, dense_read_s, expert_read_s, experts, expert_miss, pair_s, chunk_sq_s, kv_token_s, allreduce_call_s, allreduce_token_s, launch_s, cpu_step_s, seq_s, window_tokens, window_pair_s, window_kv_token_s] =
         c
     else {
         return Err(PyValueError::new_err(format!(
-            "roofline must hold 17 coefficients, got {}",
+            "roofline must hold 20 coefficients, got {}",
             c.len()
         )));
     };
@@ -329,6 +329,9 @@ fn roofline_of(c: &[f64]) -> PyResult<Roofline> {
         launch_s,
         cpu_step_s,
         seq_s,
+        window_tokens,
+        window_pair_s,
+        window_kv_token_s,
     })
 }
 

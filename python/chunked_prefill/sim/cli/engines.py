@@ -246,7 +246,8 @@ def _models_table(models: list[ModelSpec]) -> Any:
     from rich.table import Table
 
     table = Table(title="models (--model)", title_justify="left")
-    for col in ("name", "layers", "hidden", "heads/kv", "params", "active", "weights", "KV/token"):
+    cols = ("name", "layers", "hidden", "heads/kv", "window", "params", "active", "weights")
+    for col in (*cols, "KV/token"):
         table.add_column(col, justify="left" if col == "name" else "right")
     for m in models:
         table.add_row(
@@ -254,6 +255,10 @@ def _models_table(models: list[ModelSpec]) -> Any:
             str(m.num_hidden_layers),
             str(m.hidden_size),
             f"{m.num_attention_heads}/{'MLA' if m.is_mla else m.num_key_value_heads}",
+            # The window and how many layers attend within it.
+            f"{m.sliding_window} ({m.window_layers}/{m.num_hidden_layers})"
+            if m.sliding_window
+            else "-",
             f"{m.num_params / 1e9:.1f} B",
             f"{m.active_params / 1e9:.1f} B",
             m.weight_dtype,

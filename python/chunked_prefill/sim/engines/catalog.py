@@ -177,6 +177,8 @@ _TIME_SOURCES = {
     "pair_s": "peak_flops (--gpu-tflops) x attention_efficiency",
     "chunk_sq_s": "peak_flops (--gpu-tflops) x chunk_attention_efficiency",
     "kv_token_s": "hbm_bandwidth (--gpu-hbm-tbs) x hbm_efficiency",
+    "window_pair_s": "peak_flops (--gpu-tflops) x attention_efficiency",
+    "window_kv_token_s": "hbm_bandwidth (--gpu-hbm-tbs) x hbm_efficiency",
     "allreduce_call_s": "-allreduce_latency_s",
     "allreduce_token_s": "link_bandwidth (--gpu-link-gbs) x link_efficiency",
 }

@@ -137,9 +137,11 @@ def _terms(r: RooflineModel, s: Steps) -> _Terms:
     return _Terms(
         comp=comp,
         mem=mem,
-        pairs=r.pair_s * s.attention_pairs,
+        pairs=r.pair_s * s.attention_pairs
+        + r.window_pair_s * _capped(r, s.attention_pairs, s.prefill_tokens),
         squares=r.chunk_sq_s * s.chunk_sq,
-        kv=r.kv_token_s * s.decode_context_tokens,
+        kv=r.kv_token_s * s.decode_context_tokens
+        + r.window_kv_token_s * _capped(r, s.decode_context_tokens, s.decode_tokens),
         rows=rows,
         n=n,
         fixed=r.allreduce_call_s + r.allreduce_token_s * n,
@@ -148,6 +150,15 @@ def _terms(r: RooflineModel, s: Steps) -> _Terms:
         cpu_step=r.cpu_step_s,
         start=np.array([1.0, 1.0, 1.0, 1.0, 1.0, r.overhead_s, r.seq_s]),
     )
+
+
+def _capped(r: RooflineModel, total: Array, count: Array) -> Array:
+    """``min(total, W * count)`` per step, as ``RooflineModel.step_time`` caps the windowed
+    layers' attention (``total`` without a window)."""
+    if not r.window_tokens:
+        return total
+    capped: Array = np.minimum(total, r.window_tokens * count)
+    return capped
 
 
 def _gpu(x: Array, t: _Terms) -> Array:

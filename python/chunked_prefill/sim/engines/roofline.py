@@ -8,8 +8,10 @@ On one GPU of a tensor-parallel group of ``tp``::
         + max(token_s * N + gemm_fixed_s + head_row_s * (D + C),  # linear layers: FLOPs
               dense_read_s + expert_read_s * touched(N))          #   or weight reads
         + pair_s * attention_pairs                              # prefill attention FLOPs
+        + window_pair_s * min(attention_pairs, W * P)           #   (windowed layers)
         + chunk_sq_s * sum over chunks of tokens**2             # (the "vidur" backend only)
         + kv_token_s * decode_context_tokens                    # decode attention: KV reads
+        + window_kv_token_s * min(decode_context_tokens, W * D) #   (windowed layers)
         + allreduce_call_s + allreduce_token_s * N              # TP all-reduces
     t = max(gpu, launch_s)                                      # eager kernel launches
       + cpu_step_s + seq_s * (D + C)                            # the serving engine's CPU
@@ -17,7 +19,12 @@ On one GPU of a tensor-parallel group of ``tp``::
 ``touched(N) = E * (1 - (1 - k/E)**N)`` is the expected number of distinct experts ``N``
 tokens route to when each picks ``k`` of ``E`` uniformly (0 for a dense model);
 ``gemm_fixed_s = token_s * gemm_half_tokens`` makes the GEMMs' efficiency
-``e * N / (N + half)``, lower at few tokens. The coefficients come from a
+``e * N / (N + half)``, lower at few tokens. The layers that attend within a sliding
+window of ``W = window_tokens`` tokens (Mistral-7B-v0.1, Gemma 2 and 3, Llama 4's chunks)
+have their own attention terms, each query's keys capped at ``W``: ``min(sum, W * count)``
+is that cap applied to the step's sums (``sum of min(c, W)`` is at most it, equal when every
+sequence's context is on one side of ``W``: a batch of one, or equal lengths), so a mix of
+short and long contexts is charged at most a little more. The coefficients come from a
 :class:`~.models.ModelSpec`, a :class:`~.gpus.GpuSpec` and the software
 (:mod:`.software`) in :meth:`RooflineModel.build`; ``docs/engines.md`` derives each term and
 cites its figures. ``rust/core/src/sim/roofline.rs`` computes the same formula with the same
@@ -77,6 +84,9 @@ COEFFICIENTS = (
     "launch_s",
     "cpu_step_s",
     "seq_s",
+    "window_tokens",
+    "window_pair_s",
+    "window_kv_token_s",
 )
 """The coefficients in the order ``_core.simulate_serving(roofline=...)`` takes them."""
 
@@ -125,6 +135,15 @@ class RooflineModel:
     """The serving engine's CPU time per step that the GPU waits for."""
     seq_s: float = 0.0
     """The serving engine's CPU time per sequence of the step."""
+    window_tokens: float = 0.0
+    """The sliding window of the windowed layers, ``W`` (0: none); ``pair_s`` and
+    ``kv_token_s`` are then the other layers'."""
+    window_pair_s: float = 0.0
+    """Prefill attention time per (query, key) pair of the windowed layers, up to ``W``
+    keys a query."""
+    window_kv_token_s: float = 0.0
+    """Decode attention time per context token of the windowed layers, up to ``W`` tokens a
+    sequence."""
     serving_engine: str = "none"
     """The :data:`~.software.SERVING_ENGINES` entry the CPU terms come from."""
     attention_backend: str = "flash"
@@ -163,17 +182,13 @@ class RooflineModel:
         # Decoder-layer matrices at the weights' dtype; router and LM head stay wide.
         dense_bytes = (layers * attention + dense + moe * shared) * layer_bytes
         dense_bytes += (moe * router + head) * wide
-        pair_flops = model.pair_flops_per_head * (model.num_attention_heads // tp) * layers
         calls = 2 * layers if tp > 1 else 0
         link = gpu.link_bandwidth * gpu.link_efficiency
-        kv_reads = gpu.hbm_bandwidth * gpu.hbm_efficiency
         experts = model.num_local_experts
         gemv_fixed = gpu.gemv_latency_s * _gemv_kernels(model)
         token_s = 2 * (layers * attention + dense + moe * (per_tok * mlp + shared + router)) / flops
         # Every GEMM pays for padding its few tokens: each touched expert's GEMMs too.
         dense_flops = 2 * (layers * attention + dense + moe * (router + shared))
-        chunk_sq = pair_flops / (gpu.peak_flops * gpu.chunk_attention_efficiency)
-        pair_efficiency = backend.pair_efficiency or gpu.attention_efficiency
         return cls(
             name=f"{model.name} on {gpu.name}" + (f" x TP {tp}" if tp > 1 else ""),
             model=model.name,
@@ -188,9 +203,6 @@ class RooflineModel:
             expert_read_s=moe * mlp * layer_bytes / reads if experts else 0.0,
             experts=float(experts),
             expert_miss=1.0 - per_tok / experts if experts else 0.0,
-            pair_s=pair_flops / (gpu.peak_flops * pair_efficiency),
-            chunk_sq_s=chunk_sq if backend.chunk_square else 0.0,
-            kv_token_s=_kv_read_bytes(model, tp, backend) / kv_reads,
             allreduce_call_s=calls * gpu.allreduce_latency_s,
             allreduce_token_s=calls * (2 * (tp - 1) / tp) * hidden * wide / link,
             launch_s=layers * serving.launch_layer_s,
@@ -199,6 +211,7 @@ class RooflineModel:
             serving_engine=serving.name,
             attention_backend=backend.name,
             gemv_fixed_s=gemv_fixed,
+            **_attention(model, gpu, tp, backend),
         )
 
     def experts_touched(self, tokens: int) -> float:
@@ -227,8 +240,10 @@ class RooflineModel:
             memory += self.expert_read_s * touched
         gpu = self.overhead_s + (compute if compute > memory else memory)
         gpu += self.pair_s * attention_pairs
+        gpu += self.window_pair_s * self._capped(attention_pairs, prefill_tokens)
         gpu += self.chunk_sq_s * prefill_chunk_sq
         gpu += self.kv_token_s * decode_context_tokens
+        gpu += self.window_kv_token_s * self._capped(decode_context_tokens, decode_tokens)
         gpu += self.allreduce_call_s + self.allreduce_token_s * n
         t = gpu if gpu > self.launch_s else self.launch_s
         t += self.cpu_step_s + self.seq_s * rows
@@ -260,11 +275,23 @@ class RooflineModel:
             "overhead": self.overhead_s,
             "linear_compute": compute,
             "linear_memory": memory,
-            "prefill_attention": self.pair_s * attention_pairs,
+            "prefill_attention": self.pair_s * attention_pairs
+            + self.window_pair_s * self._capped(attention_pairs, prefill_tokens),
             "chunk_attention": self.chunk_sq_s * prefill_chunk_sq,
-            "decode_attention": self.kv_token_s * decode_context_tokens,
+            "decode_attention": self.kv_token_s * decode_context_tokens
+            + self.window_kv_token_s * self._capped(decode_context_tokens, decode_tokens),
             "allreduce": self.allreduce_call_s + self.allreduce_token_s * n,
         }
+
+    def _capped(self, total: int, count: int) -> float:
+        """``min(total, W * count)``: a sum of ``count`` sequences' keys (or a step's
+        queries' keys) with each capped at the window ``W`` at most (``total`` when there is
+        no window), as floats in the order of Rust's ``Roofline::capped``."""
+        if not self.window_tokens:
+            return float(total)
+        cap = self.window_tokens * count
+        value = float(total)
+        return value if value < cap else cap
 
     def coefficients(self) -> list[float]:
         """The coefficients in :data:`COEFFICIENTS` order (the binding's argument)."""
@@ -307,6 +334,31 @@ def _gemv_kernels(model: ModelSpec) -> int:
     return layers * attention + (layers - moe) * 2 + moe * (1 + shared) + 1
 
 
+def _attention(
+    model: ModelSpec, gpu: GpuSpec, tp: int, backend: AttentionBackend
+) -> dict[str, float]:
+    """The attention coefficients on one GPU: prefill's per (query, key) pair and decode's
+    per context token, of the layers that attend to the whole context and of the windowed
+    ones (each layer's cost times its count), and the "vidur" backend's per squared chunk
+    token (every layer's). Integers are multiplied before the one division, as before
+    windows were modelled, so a model without one keeps its coefficients to the bit."""
+    layers = model.num_hidden_layers
+    pair_flops = model.pair_flops_per_head * (model.num_attention_heads // tp)
+    pair_rate = gpu.peak_flops * (backend.pair_efficiency or gpu.attention_efficiency)
+    kv_layer = _kv_read_bytes(model, tp, backend) // layers  # every layer holds the same
+    kv_rate = gpu.hbm_bandwidth * gpu.hbm_efficiency
+    chunk_rate = gpu.peak_flops * gpu.chunk_attention_efficiency
+    full, windowed = model.full_attention_layers, model.window_layers
+    return {
+        "pair_s": full * pair_flops / pair_rate,
+        "chunk_sq_s": layers * pair_flops / chunk_rate if backend.chunk_square else 0.0,
+        "kv_token_s": full * kv_layer / kv_rate,
+        "window_tokens": float(model.sliding_window),
+        "window_pair_s": windowed * pair_flops / pair_rate,
+        "window_kv_token_s": windowed * kv_layer / kv_rate,
+    }
+
+
 def _kv_read_bytes(model: ModelSpec, tp: int, backend: AttentionBackend) -> int:
     """Bytes decode attention reads per context token on one GPU: its K and V in every
     layer, once per K/V head, or once per query head for a backend that reads a K/V head's
@@ -334,13 +386,19 @@ def roofline_line(engine: RooflineModel, blocks: str | None = None) -> str:
     )
     chunk = f" + {engine.chunk_sq_s * 1e9:.3g} ns/chunk token²" if engine.chunk_sq_s else ""
     launches = f", at least {engine.launch_s * 1e3:.3g} ms of launches" if engine.launch_s else ""
+    window = (
+        f" (+ {engine.window_pair_s * 1e9:.3g} ns/pair and {engine.window_kv_token_s * 1e6:.3g}"
+        f" us/context token within a {engine.window_tokens:g}-token window)"
+        if engine.window_tokens
+        else ""
+    )
     pool = f"; {blocks}" if blocks else ""
     return (
         f"{engine.name} (roofline{pool}): {engine.overhead_s * 1e3:.3g} ms +"
         f" max({engine.token_s * 1e6:.3g} us/token + {engine.gemm_fixed_s * 1e3:.3g} ms,"
         f" {engine.dense_read_s * 1e3:.3g} ms weight reads{moe}) +"
         f" {engine.pair_s * 1e9:.3g} ns/(q,k) pair{chunk} + {engine.kv_token_s * 1e6:.3g}"
-        f" us/context token{comm}{launches}; CPU ({engine.serving_engine})"
+        f" us/context token{window}{comm}{launches}; CPU ({engine.serving_engine})"
         f" {engine.cpu_step_s * 1e3:.3g} ms + {engine.seq_s * 1e6:.3g} us/sequence;"
         f" {engine.attention_backend} attention"
     )

@@ -49,6 +49,15 @@ pub struct Roofline {
     /// The serving engine's CPU time per sequence of the step (one per decode and per
     /// prefill chunk).
     pub seq_s: f64,
+    /// The sliding window of the windowed layers, `W` tokens (0: none; `pair_s` and
+    /// `kv_token_s` are then the other layers').
+    pub window_tokens: f64,
+    /// Prefill attention time per (query, key) pair of the windowed layers, up to `W` keys
+    /// a query.
+    pub window_pair_s: f64,
+    /// Decode attention time per context token of the windowed layers, up to `W` a
+    /// sequence.
+    pub window_kv_token_s: f64,
 }
 
 /// `base` to the power `n` by repeated squaring (as Python's `pow_int`: a libm `pow` might
@@ -75,6 +84,23 @@ impl Roofline {
         self.experts * (1.0 - pow_int(self.expert_miss, tokens))
     }
 
+    /// `min(total, W * count)`: the step's sum of keys with each of its `count` queries (or
+    /// sequences) capped at the window `W`, at most (`total` without a window); as
+    /// `RooflineModel._capped` in Python.
+    #[must_use]
+    fn capped(&self, total: u128, count: u64) -> f64 {
+        let value = to_f64(total);
+        if self.window_tokens == 0.0 {
+            return value;
+        }
+        let cap = self.window_tokens * to_f64(u128::from(count));
+        if value < cap {
+            value
+        } else {
+            cap
+        }
+    }
+
     /// `max(GPU time, kernel launches) + CPU per step + CPU per sequence`, the GPU time
     /// `overhead + max(compute, weight reads) + prefill attention + chunks + decode KV reads
     /// + all-reduces`, as `RooflineModel.step_time` in Python.
@@ -92,8 +118,11 @@ impl Roofline {
         }
         let mut gpu = self.overhead_s + if compute > memory { compute } else { memory };
         gpu += self.pair_s * to_f64(shape.attention_pairs);
+        gpu += self.window_pair_s * self.capped(shape.attention_pairs, shape.prefill_tokens);
         gpu += self.chunk_sq_s * to_f64(shape.prefill_chunk_sq);
         gpu += self.kv_token_s * to_f64(shape.decode_context_tokens);
+        gpu +=
+            self.window_kv_token_s * self.capped(shape.decode_context_tokens, shape.decode_tokens);
         gpu += self.allreduce_call_s + self.allreduce_token_s * to_f64(n);
         let mut t = if gpu > self.launch_s {
             gpu
@@ -109,6 +138,30 @@ impl Roofline {
 mod tests {
     use super::*;
 
+    /// Every coefficient 0: each test sets the ones it reads.
+    const ZERO: Roofline = Roofline {
+        overhead_s: 0.0,
+        token_s: 0.0,
+        gemm_fixed_s: 0.0,
+        expert_fixed_s: 0.0,
+        head_row_s: 0.0,
+        dense_read_s: 0.0,
+        expert_read_s: 0.0,
+        experts: 0.0,
+        expert_miss: 0.0,
+        pair_s: 0.0,
+        chunk_sq_s: 0.0,
+        kv_token_s: 0.0,
+        allreduce_call_s: 0.0,
+        allreduce_token_s: 0.0,
+        launch_s: 0.0,
+        cpu_step_s: 0.0,
+        seq_s: 0.0,
+        window_tokens: 0.0,
+        window_pair_s: 0.0,
+        window_kv_token_s: 0.0,
+    };
+
     #[test]
     fn pow_int_squares() {
         assert_eq!(pow_int(0.75, 0), 1.0);
@@ -119,23 +172,11 @@ mod tests {
     #[test]
     fn moe_touches_k_experts_for_one_token_and_at_most_all() {
         let r = Roofline {
-            overhead_s: 0.0,
-            token_s: 0.0,
-            gemm_fixed_s: 0.0,
-            expert_fixed_s: 0.0,
-            head_row_s: 0.0,
             dense_read_s: 1.0,
             expert_read_s: 1.0,
             experts: 8.0,
             expert_miss: 0.75,
-            pair_s: 0.0,
-            chunk_sq_s: 0.0,
-            kv_token_s: 0.0,
-            allreduce_call_s: 0.0,
-            allreduce_token_s: 0.0,
-            launch_s: 0.0,
-            cpu_step_s: 0.0,
-            seq_s: 0.0,
+            ..ZERO
         };
         assert_eq!(r.experts_touched(1), 2.0);
         assert_eq!(r.experts_touched(100_000), 8.0);
@@ -150,22 +191,11 @@ mod tests {
     fn launches_bound_a_short_step_and_cpu_adds() {
         let r = Roofline {
             overhead_s: 1.0,
-            token_s: 0.0,
-            gemm_fixed_s: 0.0,
-            expert_fixed_s: 0.0,
-            head_row_s: 0.0,
             dense_read_s: 2.0,
-            expert_read_s: 0.0,
-            experts: 0.0,
-            expert_miss: 0.0,
-            pair_s: 0.0,
-            chunk_sq_s: 0.0,
-            kv_token_s: 0.0,
-            allreduce_call_s: 0.0,
-            allreduce_token_s: 0.0,
             launch_s: 5.0,
             cpu_step_s: 0.5,
             seq_s: 0.25,
+            ..ZERO
         };
         let two = StepShape {
             decode_tokens: 2,
@@ -175,5 +205,38 @@ mod tests {
         assert_eq!(r.step_time(&two), 6.0);
         let fast = Roofline { launch_s: 0.0, ..r };
         assert_eq!(fast.step_time(&two), 4.0);
+    }
+
+    #[test]
+    fn windowed_layers_read_at_most_the_window() {
+        let r = Roofline {
+            pair_s: 1.0,
+            kv_token_s: 2.0,
+            window_tokens: 100.0,
+            window_pair_s: 10.0,
+            window_kv_token_s: 20.0,
+            ..ZERO
+        };
+        // Two decodes of 30 and 250 tokens: the full layer reads 280, the windowed ones
+        // min(280, 2 x 100) = 200.
+        let decodes = StepShape {
+            decode_tokens: 2,
+            decode_context_tokens: 280,
+            ..StepShape::default()
+        };
+        assert_eq!(r.step_time(&decodes), 2.0 * 280.0 + 20.0 * 200.0);
+        // Below the window nothing is capped: 4 tokens from the start pair 10 times.
+        let short = StepShape {
+            prefill_tokens: 4,
+            attention_pairs: 10,
+            prefill_chunks: 1,
+            ..StepShape::default()
+        };
+        assert_eq!(r.step_time(&short), 10.0 + 10.0 * 10.0);
+        let none = Roofline {
+            window_tokens: 0.0,
+            ..r
+        };
+        assert_eq!(none.step_time(&decodes), 2.0 * 280.0 + 20.0 * 280.0);
     }
 }

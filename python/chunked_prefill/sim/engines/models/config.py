@@ -13,7 +13,7 @@ from ..._json import Number
 from ..errors import ModelConfigError
 from ..names import _kind, _read_json
 from .families import FAMILIES, REFUSED_FAMILIES, TEXT_CONFIG_DEFAULTS, Family
-from .layers import _experts, _mla
+from .layers import _experts, _mla, _window
 from .presets import _MODEL_KEYS, MODELS
 from .quantization import _weight_dtype
 from .spec import _DTYPE_BYTES, ModelSpec
@@ -166,7 +166,8 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
     Required keys: ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
     ``intermediate_size``, ``vocab_size``; optional: ``num_key_value_heads`` (default: the
     attention heads), ``head_dim`` (default: hidden / heads), the experts and multi-head
-    latent attention of Mixtral, Qwen-MoE, DeepSeek and Llama 4 (:mod:`.layers`),
+    latent attention of Mixtral, Qwen-MoE, DeepSeek and Llama 4 and the sliding windows of
+    Mistral, Gemma, Phi-3 and Llama 4's chunked attention (:mod:`.layers`),
     ``torch_dtype`` (or ``dtype``; default bfloat16), ``quantization_config`` (FP8 weights
     only), ``tie_word_embeddings`` (default: the family's, false for Llama's). A DBRX config
     (``model_type`` ``"dbrx"``) gives the counts under MPT's names (``n_layers``,
@@ -212,6 +213,7 @@ def load_model_config(path: str | os.PathLike[str]) -> ModelSpec:
     dtype = _dtype(where, table)
     # Llama 4's experts name the dense layers' MLP size themselves (intermediate_size_mlp).
     layout = counts | {"head_dim": head_dim} | _mla(where, table) | experts
+    layout |= _window(where, table, counts["num_hidden_layers"])
     return ModelSpec(
         name=label,
         num_key_value_heads=kv,

@@ -93,6 +93,7 @@ TEXT_CONFIG_DEFAULTS: dict[str, dict[str, int]] = {
         "num_key_value_heads": 8,
         "intermediate_size": 14336,
         "vocab_size": 32000,
+        "sliding_window": 4096,
     },
     "llama4_text": {
         "num_hidden_layers": 48,
@@ -120,4 +121,5 @@ TEXT_CONFIG_DEFAULTS: dict[str, dict[str, int]] = {
 ``MistralConfig`` and ``LlamaConfig``):
 transformers writes a nested config's keys only where they differ from its class's
 defaults, so Gemma-3-4B's ``text_config`` has no ``num_attention_heads`` (8, the
-default)."""
+default), and a Mistral 3 ``text_config`` without ``sliding_window`` has
+``MistralConfig``'s 4 096 (Mistral-Small-3.1's says null)."""

@@ -9,7 +9,7 @@ from typing import Any
 from ..._json import Number
 from ..errors import ModelConfigError
 from ..names import _kind
-from .values import _count, _present
+from .values import _count, _flag, _present
 
 _EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 """The experts' count under Mixtral's (and Llama 4's), Qwen-MoE's and DeepSeek's names."""
@@ -165,3 +165,104 @@ def _mla(path: str, table: dict[str, Any]) -> dict[str, Any]:
     )
     fields["head_dim"] = fields["qk_nope_head_dim"] + fields["qk_rope_head_dim"]
     return fields
+
+
+_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
+"""The ``layer_types`` entries modelled (transformers' names)."""
+
+_WINDOW_PATTERNS = {"gemma2": 2, "gemma3_text": 6, "cohere2": 4}
+"""Families whose every ``n``-th layer attends to the whole context and the others within
+``sliding_window`` when the file has no ``layer_types``: Gemma 2's every other layer,
+Gemma 3's ``sliding_window_pattern`` (6 by default) and Cohere 2's (4), as their
+transformers config classes derive ``layer_types``."""
+
+_DEFAULT_WINDOW = {"gemma2": 4096, "gemma3_text": 4096, "cohere2": 4096}
+"""``sliding_window`` when the file leaves it out: the config class's default."""
+
+
+def _window(path: str, table: dict[str, Any], layers: int) -> dict[str, Any]:
+    """The :class:`~.spec.ModelSpec` fields of windowed attention, none without it: the
+    layers of ``layer_types`` that are ``sliding_attention`` (within ``sliding_window``) or
+    ``chunked_attention`` (within ``attention_chunk_size``); without ``layer_types``, the
+    rule of the file's ``model_type`` (:func:`_window_rule`)."""
+    types = table.get("layer_types")
+    if types is None:
+        return _window_rule(path, table, layers)
+    if (
+        not isinstance(types, list)
+        or len(types) != layers
+        or not all(t in _LAYER_TYPES for t in types)
+    ):
+        raise ModelConfigError(
+            f"{path}: key 'layer_types': expected a list of {layers} entries (num_hidden_layers)"
+            f" each one of {', '.join(_LAYER_TYPES)}, got {_kind(types)}"
+        )
+    sliding, chunked = types.count("sliding_attention"), types.count("chunked_attention")
+    if sliding and chunked:
+        raise ModelConfigError(
+            f"{path}: key 'layer_types': both sliding_attention and chunked_attention layers"
+            " are not modelled (one window size)"
+        )
+    if chunked:
+        return _windowed(_count(path, table, "attention_chunk_size", 8192), chunked)
+    if sliding:
+        default = _DEFAULT_WINDOW.get(str(table.get("model_type")))
+        return _windowed(_count(path, table, "sliding_window", default), sliding)
+    return {}
+
+
+def _window_rule(path: str, table: dict[str, Any], layers: int) -> dict[str, Any]:
+    """Windowed attention by the family's rule, as transformers' config classes derive
+    ``layer_types``: Qwen2/Qwen3's ``use_sliding_window`` (false: none; true: the layers
+    from ``max_window_layers`` on), Gemma 2's, Gemma 3's and Cohere 2's patterns
+    (:data:`_WINDOW_PATTERNS`), Llama 4's ``attention_chunk_size`` on its RoPE layers
+    (``no_rope_layers`` 1; by default all but every fourth), else a ``sliding_window`` on
+    every layer (Mistral, Mixtral, Phi-3, StarCoder2; absent or null: none)."""
+    model_type = str(table.get("model_type"))
+    if model_type == "llama4_text":
+        if "attention_chunk_size" in table and table["attention_chunk_size"] is None:
+            return {}
+        chunk = _count(path, table, "attention_chunk_size", 8192)
+        return _windowed(chunk, _rope_layers(path, table, layers))
+    if "use_sliding_window" in table and not _flag(path, table, "use_sliding_window", False):
+        return {}
+    default = _DEFAULT_WINDOW.get(model_type)
+    if table.get("sliding_window") is None and default is None:
+        return {}
+    window = _count(path, table, "sliding_window", default)
+    if "use_sliding_window" in table:  # Qwen's: the layers from max_window_layers on
+        first = (
+            _count(path, table, "max_window_layers", layers)
+            if _present(table, "max_window_layers")
+            else 0
+        )
+        return _windowed(window, max(0, layers - first))
+    if model_type in _WINDOW_PATTERNS:
+        key = "sliding_window_pattern"
+        pattern = _count(path, table, key, _WINDOW_PATTERNS[model_type])
+        return _windowed(window, layers - layers // pattern)
+    return _windowed(window, layers)
+
+
+def _rope_layers(path: str, table: dict[str, Any], layers: int) -> int:
+    """Llama 4's layers with rotary embeddings (``no_rope_layers`` 1), which attend within
+    their chunk; by default all but every ``no_rope_layer_interval``-th (4)."""
+    flags = table.get("no_rope_layers")
+    if flags is None or flags == []:
+        interval = _count(path, table, "no_rope_layer_interval", 4)
+        return sum(1 for i in range(layers) if (i + 1) % interval)
+    if (
+        not isinstance(flags, list)
+        or len(flags) != layers
+        or not all(isinstance(f, Number) and f in ("0", "1") for f in flags)
+    ):
+        raise ModelConfigError(
+            f"{path}: key 'no_rope_layers': expected a list of {layers} entries"
+            f" (num_hidden_layers), each 0 or 1, got {_kind(flags)}"
+        )
+    return sum(1 for f in flags if f == "1")
+
+
+def _windowed(window: int, count: int) -> dict[str, Any]:
+    """The fields of ``count`` layers attending within ``window`` tokens (none for 0)."""
+    return {"sliding_window": window, "window_layers": count} if count else {}

@@ -4,6 +4,8 @@ preset's source is in its ``source`` field."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .spec import ModelSpec
 
 _HF = "https://huggingface.co/{}/blob/main/config.json"
@@ -347,6 +349,8 @@ MODELS: dict[str, ModelSpec] = {
         head_dim=128,
         intermediate_size=14336,
         vocab_size=32000,
+        sliding_window=4096,
+        window_layers=32,
         source=_HF.format("mistralai/Mistral-7B-v0.1"),
     ),
     "gemma-2-9b": ModelSpec(
@@ -359,6 +363,8 @@ MODELS: dict[str, ModelSpec] = {
         intermediate_size=14336,
         vocab_size=256000,
         tie_word_embeddings=True,
+        sliding_window=4096,
+        window_layers=21,  # every other layer, from the first
         source=_HF.format("google/gemma-2-9b"),
     ),
     "gemma-2-27b": ModelSpec(
@@ -371,6 +377,8 @@ MODELS: dict[str, ModelSpec] = {
         intermediate_size=36864,
         vocab_size=256000,
         tie_word_embeddings=True,
+        sliding_window=4096,
+        window_layers=23,
         source=_HF.format("google/gemma-2-27b"),
     ),
     "qwen3-0.6b": ModelSpec(
@@ -429,6 +437,8 @@ MODELS: dict[str, ModelSpec] = {
         head_dim=96,
         intermediate_size=8192,
         vocab_size=32064,
+        sliding_window=2047,
+        window_layers=32,
         source=_HF.format("microsoft/Phi-3-mini-4k-instruct"),
     ),
     "deepseek-v2-lite": ModelSpec(
@@ -489,6 +499,8 @@ MODELS: dict[str, ModelSpec] = {
         expert_intermediate_size=8192,
         shared_expert_intermediate_size=8192,
         shared_expert_gate=False,
+        sliding_window=8192,  # attention_chunk_size
+        window_layers=36,  # the RoPE layers: all but every fourth
         source=_HF.format("meta-llama/Llama-4-Scout-17B-16E-Instruct") + " (text_config)",
     ),
     "llama-4-maverick": ModelSpec(
@@ -506,6 +518,8 @@ MODELS: dict[str, ModelSpec] = {
         shared_expert_intermediate_size=8192,
         shared_expert_gate=False,
         dense_layers=24,
+        sliding_window=8192,
+        window_layers=36,
         source=_HF.format("meta-llama/Llama-4-Maverick-17B-128E-Instruct") + " (text_config)",
     ),
 }
@@ -515,6 +529,23 @@ Qwen3's up to 4B, Gemma 2's and Phi-4-mini's; Qwen3-30B-A3B's ``intermediate_siz
 its unused dense MLP size, ``moe_intermediate_size`` its experts', as Qwen1.5-MoE's and
 Qwen2-57B-A14B's, whose ``shared_expert_intermediate_size`` is the shared expert's; DBRX's
 nested ``attn_config`` and ``ffn_config`` read as the flat keys)."""
+
+# Two checkpoints of a preset's layers without its sliding window (their configs say null,
+# and 262 144 for the 128k Phi-3, above its 131 072 positions: never reached).
+MODELS["mistral-7b-v0.2"] = replace(
+    MODELS["mistral-7b-v0.1"],
+    name="mistral-7b-v0.2",
+    sliding_window=0,
+    window_layers=0,
+    source=_HF.format("mistralai/Mistral-7B-Instruct-v0.2"),
+)
+MODELS["phi-3-mini-128k"] = replace(
+    MODELS["phi-3-mini"],
+    name="phi-3-mini-128k",
+    sliding_window=0,
+    window_layers=0,
+    source=_HF.format("microsoft/Phi-3-mini-128k-instruct"),
+)
 
 
 MODEL_ALIASES: dict[str, str] = {
@@ -595,7 +626,7 @@ MODEL_ALIASES: dict[str, str] = {
     "meta-llama/Llama-2-13b-chat-hf": "llama-2-13b",
     "mistralai/Mistral-7B-v0.1": "mistral-7b-v0.1",
     "mistralai/Mistral-7B-Instruct-v0.1": "mistral-7b-v0.1",
-    "mistralai/Mistral-7B-Instruct-v0.2": "mistral-7b-v0.1",
+    "mistralai/Mistral-7B-Instruct-v0.2": "mistral-7b-v0.2",
     "google/gemma-2-9b": "gemma-2-9b",
     "google/gemma-2-9b-it": "gemma-2-9b",
     "google/gemma-2-27b": "gemma-2-27b",
@@ -609,7 +640,7 @@ MODEL_ALIASES: dict[str, str] = {
     "Qwen/Qwen3-14B": "qwen3-14b",
     "Qwen/Qwen3-14B-Base": "qwen3-14b",
     "microsoft/Phi-3-mini-4k-instruct": "phi-3-mini",
-    "microsoft/Phi-3-mini-128k-instruct": "phi-3-mini",
+    "microsoft/Phi-3-mini-128k-instruct": "phi-3-mini-128k",
     "deepseek-ai/DeepSeek-V2-Lite": "deepseek-v2-lite",
     "deepseek-ai/DeepSeek-V2-Lite-Chat": "deepseek-v2-lite",
     "deepseek-ai/DeepSeek-V3": "deepseek-v3",

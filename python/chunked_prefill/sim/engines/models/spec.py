@@ -105,6 +105,16 @@ class ModelSpec:
     shared_expert_gate: bool = True
     """Whether a shared expert's output passes a one-output sigmoid gate (Qwen2-MoE) or is
     added as it is (DeepSeek)."""
+    sliding_window: int = 0
+    """The attention window of the :attr:`window_layers`, in tokens: each query attends to
+    at most its last ``sliding_window`` keys (Mistral-7B-v0.1, Gemma 2 and 3, Phi-3,
+    StarCoder2), or to the keys of its own chunk of that many tokens (Llama 4's
+    ``attention_chunk_size``, charged as a window of that size: at most that many keys); 0:
+    every layer attends to the whole context."""
+    window_layers: int = 0
+    """How many layers attend within :attr:`sliding_window` (the others attend to the whole
+    context): all of Mistral-7B-v0.1's, every other one of Gemma 2's, five of six of Gemma
+    3's, three of four of Llama 4's."""
     source: str = ""
     """Where the figures come from."""
 
@@ -152,11 +162,32 @@ class ModelSpec:
                 f"model {self.name}: dense_layers is for a mixture of experts"
                 " (num_local_experts > 0)"
             )
+        self._check_window()
         for key in ("expert_intermediate_size", "shared_expert_intermediate_size"):
             if getattr(self, key) and not self.is_moe:
                 raise ValueError(
                     f"model {self.name}: {key} is for a mixture of experts (num_local_experts > 0)"
                 )
+
+    def _check_window(self) -> None:
+        if not self.sliding_window and not self.window_layers:
+            return
+        if self.sliding_window < 1 or not 0 < self.window_layers <= self.num_hidden_layers:
+            raise ValueError(
+                f"model {self.name}: a sliding window needs sliding_window > 0 and"
+                f" window_layers from 1 to num_hidden_layers ({self.num_hidden_layers}), got"
+                f" sliding_window {self.sliding_window} and window_layers {self.window_layers}"
+            )
+        if self.is_mla:
+            raise ValueError(
+                f"model {self.name}: a sliding window with multi-head latent attention is not"
+                " modelled"
+            )
+
+    @property
+    def full_attention_layers(self) -> int:
+        """The layers that attend to the whole context (all but :attr:`window_layers`)."""
+        return self.num_hidden_layers - self.window_layers
 
     @property
     def is_moe(self) -> bool:
