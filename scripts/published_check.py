@@ -13,7 +13,9 @@ roofline of that model, GPU and software, and prints published against predicted
 
 Metrics: ``ttft`` the mean time to the first token, ``tpot`` the mean time per output token
 after the first, ``e2e`` the time until the last request finishes, ``gen_tps`` one request's
-output tokens per second of its whole run (prefill included).
+output tokens per second of its whole run (prefill included), ``throughput`` an offline run's
+rate over the time until its last request finishes (``req/s``: requests, ``tokens/s``:
+output tokens).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from chunked_prefill.sim.catalog import engine_for
+from chunked_prefill.sim.engines.software import VLLM_V1_TOKEN_BUDGETS
 from chunked_prefill.sim.serving import ServingSimConfig, simulate_serving
 from chunked_prefill.sim.software import vllm_software, vllm_token_budget
 from chunked_prefill.sim.workload import Request, Workload
@@ -120,6 +123,12 @@ V1_SOURCES = ("vLLM PR #20155", "pytorch/ao docs")
 main or nightly between 0.9.1 and 0.9.2, the V1 engine."""
 
 
+V1_ALPHA_SOURCES = ("vLLM PR #11938",)
+"""Sources that ran vLLM's V1 engine before it was the default (``VLLM_USE_V1=1`` on main of
+January 2025): V1's scheduler and CPU costs (``0.8.0``, the first release that ran it by
+default), at the ``LLM`` class's budget before PR #12369 raised it on Hopper GPUs."""
+
+
 MID_2024_SOURCES = ("MInference",)
 """Sources whose vLLM version is unknown but whose date is not: MInference's vLLM table of
 2024-07-18 (its README: vllm>=0.4.1), whose release of the day was 0.5.2: V0, FlashAttention
@@ -138,6 +147,8 @@ def vllm_release(row: Row) -> str:
         return "0.4.0"
     if row.source.startswith(MID_2024_SOURCES):
         return "0.5.2"
+    if row.source.startswith(V1_ALPHA_SOURCES):
+        return "0.8.0"
     return "0.9.1" if row.source.startswith(V1_SOURCES) else "0.6.0"
 
 
@@ -171,6 +182,8 @@ def sim_config(row: Row) -> ServingSimConfig:
     elif row.engine == "vllm":
         context = row.input_len + row.output_len
         budget = vllm_token_budget(vllm_release(row), context, gpu=row.gpu, offline=True)
+        if row.source.startswith(V1_ALPHA_SOURCES):
+            budget = VLLM_V1_TOKEN_BUDGETS[False, True]  # every GPU's before PR #12369
     if budget is None:
         return ServingSimConfig(
             chunk_size=None,
@@ -211,6 +224,9 @@ def predict(row: Row) -> float:
         value = float(np.mean((finish - first) / (row.output_len - 1)))
     elif row.metric == "e2e":
         value = float(np.max(finish))
+    elif row.metric == "throughput":
+        per_request = {"req/s": 1, "tokens/s": row.output_len}[row.unit]
+        return row.batch * per_request / float(np.max(finish))
     elif row.metric == "gen_tps":
         # Qwen3's page counts prompt and generated tokens, Qwen2's and Qwen2.5's only the
         # generated ones (examples/published/README.md).

@@ -53,7 +53,7 @@ def test_the_issues_points_median_within_8_percent() -> None:
 
 def test_vllm_rows_median_within_8_percent() -> None:
     vllm = [r for r in ROWS if r.engine == "vllm"]
-    assert len(vllm) == 101
+    assert len(vllm) == 103
     assert statistics.median(_errors(vllm)) <= 0.08
 
 
@@ -64,6 +64,22 @@ def test_minference_rows_prefill_whole_on_the_release_of_their_date() -> None:
         assert check.vllm_release(row) == "0.5.2"
         assert check.serving_engine(row) == "vllm-v0-eager"
         assert check.sim_config(row).chunk_size is None  # 0.5.4 would chunk at 512
+
+
+def test_v1_before_its_default_runs_v1_at_the_early_budget() -> None:
+    rows = [r for r in ROWS if r.source.startswith("vLLM PR #11938")]
+    assert [(r.metric, r.unit) for r in rows] == [
+        ("throughput", "req/s"),
+        ("throughput", "tokens/s"),
+    ]
+    for row in rows:
+        assert check.serving_engine(row) == "vllm"  # V1, by VLLM_USE_V1=1
+        config = check.sim_config(row)
+        assert config.chunk_size == config.token_budget == 8192  # not Hopper's later 16 384
+    # Requests a second and output tokens a second of the same run: 1 024 tokens apart.
+    llama = rows[0]
+    tokens = check.Row(**{**llama.__dict__, "unit": "tokens/s"})
+    assert check.predict(tokens) == pytest.approx(1024 * check.predict(llama), rel=1e-12)
 
 
 def test_vllm_on_a100_and_h200_median_within_5_percent() -> None:
