@@ -76,6 +76,12 @@ CARDS = {
     "mistral-7b-v0.2": (7.24e9, "huggingface.co/mistralai/Mistral-7B-Instruct-v0.2: 7.24B"),
     "gemma-2-9b": (9.24e9, "huggingface.co/google/gemma-2-9b: 9.24B"),
     "gemma-2-27b": (27.2e9, "huggingface.co/google/gemma-2-27b: 27.2B"),
+    # Gemma 3's cards count its SigLIP vision encoder (about 400M) beside the text weights
+    # (but the 1B's, a text model).
+    "gemma-3-1b": (1.0e9, "huggingface.co/google/gemma-3-1b-it: 1B"),
+    "gemma-3-4b": (4.3e9 - 0.4e9, "huggingface.co/google/gemma-3-4b-it: 4.3B"),
+    "gemma-3-12b": (12.2e9 - 0.4e9, "huggingface.co/google/gemma-3-12b-it: 12.2B"),
+    "gemma-3-27b": (27.4e9 - 0.4e9, "huggingface.co/google/gemma-3-27b-it: 27.4B"),
     "qwen3-0.6b": (0.6e9, "huggingface.co/Qwen/Qwen3-0.6B: 0.6B, 0.44B non-embedding"),
     "qwen3-1.7b": (1.72e9, "huggingface.co/Qwen/Qwen3-1.7B: 1.7B, 1.4B non-embedding"),
     "qwen3-4b": (4.02e9, "huggingface.co/Qwen/Qwen3-4B: 4.0B, 3.6B non-embedding"),

@@ -121,6 +121,26 @@ def test_a_gemma3_text_config_nested_with_its_defaults_left_out(tmp_path: Path) 
     assert _window(_load(tmp_path, doc)) == (1024, 29)
 
 
+def test_a_gemma3_config_reads_as_its_preset(tmp_path: Path) -> None:
+    text = {
+        "model_type": "gemma3_text",
+        "head_dim": 128,
+        "hidden_size": 5376,
+        "intermediate_size": 21504,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 62,
+        "num_key_value_heads": 16,
+        "sliding_window": 1024,
+        "vocab_size": 262208,
+    }
+    doc = {"model_type": "gemma3", "text_config": text, "torch_dtype": "bfloat16"}
+    spec = _load(tmp_path, doc)
+    assert replace(spec, name="", source="") == replace(MODELS["gemma-3-27b"], name="", source="")
+    # 52 of 62 layers attend within 1 024 tokens; each reads at most that many a sequence.
+    engine, _ = engine_for(spec, "h100")
+    assert engine.window_kv_token_s == pytest.approx(52 / 10 * engine.kv_token_s)
+
+
 def test_a_mistral3_text_config_without_a_window_has_the_class_default(tmp_path: Path) -> None:
     # MistralConfig's default is 4 096; Mistral-Small-3.1 writes null to turn it off.
     text = {"model_type": "mistral", "hidden_size": 5120, "num_hidden_layers": 40}

@@ -23,8 +23,9 @@ tokens route to when each picks ``k`` of ``E`` uniformly (0 for a dense model);
 window of ``W = window_tokens`` tokens (Mistral-7B-v0.1, Gemma 2 and 3, Llama 4's chunks)
 have their own attention terms, each query's keys capped at ``W``: ``min(sum, W * count)``
 is that cap applied to the step's sums (``sum of min(c, W)`` is at most it, equal when every
-sequence's context is on one side of ``W``: a batch of one, or equal lengths), so a mix of
-short and long contexts is charged at most a little more. The coefficients come from a
+sequence's context is on one side of ``W``: a batch of one, or equal lengths); a mix of
+both sides is charged more, the short ones' room below ``W`` going to the long ones (the
+decode group keeps only the sum). The coefficients come from a
 :class:`~.models.ModelSpec`, a :class:`~.gpus.GpuSpec` and the software
 (:mod:`.software`) in :meth:`RooflineModel.build`; ``docs/engines.md`` derives each term and
 cites its figures. ``rust/core/src/sim/roofline.rs`` computes the same formula with the same
