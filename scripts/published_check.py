@@ -181,9 +181,10 @@ def sim_config(row: Row) -> ServingSimConfig:
         budget = SGLANG_CHUNK
     elif row.engine == "vllm":
         context = row.input_len + row.output_len
-        budget = vllm_token_budget(vllm_release(row), context, gpu=row.gpu, offline=True)
         if row.source.startswith(V1_ALPHA_SOURCES):
             budget = VLLM_V1_TOKEN_BUDGETS[False, True]  # every GPU's before PR #12369
+        else:
+            budget = vllm_token_budget(vllm_release(row), context, gpu=row.gpu, offline=True)
     if budget is None:
         return ServingSimConfig(
             chunk_size=None,

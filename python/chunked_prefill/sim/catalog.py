@@ -30,12 +30,13 @@ from .engines.models import (
     QUANTIZATIONS,
     ModelSpec,
 )
+from .engines.models.aliases import MODEL_ALIASES
 from .engines.models.config import (
     load_model_config,
     model_name,
     resolve_model,
 )
-from .engines.models.presets import MODEL_ALIASES, MODELS
+from .engines.models.presets import MODELS
 from .engines.models.quantization import FP8_QUANT_METHODS, INT_QUANT_METHODS
 from .engines.models.values import MAX_MODEL_COUNT
 

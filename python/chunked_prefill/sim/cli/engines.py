@@ -13,7 +13,8 @@ from ..engines.errors import ModelConfigError
 from ..engines.gpus import GPU_ALIASES, GPUS, GpuSpec, resolve_gpu
 from ..engines.linear import DEFAULT_GPU_MEMORY_UTILIZATION, GIB
 from ..engines.models import ModelSpec
-from ..engines.models.presets import MODEL_ALIASES, MODELS
+from ..engines.models.aliases import MODEL_ALIASES
+from ..engines.models.presets import MODELS
 from .flags.roofline import add_dtype_flags, dtype_args
 
 PROG = "chunked-prefill engines"

@@ -12,9 +12,10 @@ from ..._check import path, show
 from ..._json import Number
 from ..errors import ModelConfigError
 from ..names import _kind, _read_json
+from .aliases import _MODEL_KEYS
 from .families import FAMILIES, REFUSED_FAMILIES, TEXT_CONFIG_DEFAULTS, Family
 from .layers import _experts, _mla, _window
-from .presets import _MODEL_KEYS, MODELS
+from .presets import MODELS
 from .quantization import _weight_dtype
 from .spec import _DTYPE_BYTES, ModelSpec
 from .values import _count, _flag

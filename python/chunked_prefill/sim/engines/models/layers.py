@@ -176,8 +176,17 @@ _WINDOW_PATTERNS = {"gemma2": 2, "gemma3_text": 6, "cohere2": 4}
 Gemma 3's ``sliding_window_pattern`` (6 by default) and Cohere 2's (4), as their
 transformers config classes derive ``layer_types``."""
 
-_DEFAULT_WINDOW = {"gemma2": 4096, "gemma3_text": 4096, "cohere2": 4096}
-"""``sliding_window`` when the file leaves it out: the config class's default."""
+LLAMA4_CHUNK = 8192
+"""``attention_chunk_size`` when the file leaves it out: ``Llama4TextConfig``'s default."""
+
+PATTERN_WINDOW = 4096
+"""``sliding_window`` of the :data:`_WINDOW_PATTERNS` families when the file leaves it out:
+their config classes' default."""
+
+
+def _default_window(table: dict[str, Any]) -> int | None:
+    """The file's family's ``sliding_window`` when it leaves it out (``None``: no default)."""
+    return PATTERN_WINDOW if table.get("model_type") in _WINDOW_PATTERNS else None
 
 
 def _window(path: str, table: dict[str, Any], layers: int) -> dict[str, Any]:
@@ -204,10 +213,9 @@ def _window(path: str, table: dict[str, Any], layers: int) -> dict[str, Any]:
             " are not modelled (one window size)"
         )
     if chunked:
-        return _windowed(_count(path, table, "attention_chunk_size", 8192), chunked)
+        return _windowed(_count(path, table, "attention_chunk_size", LLAMA4_CHUNK), chunked)
     if sliding:
-        default = _DEFAULT_WINDOW.get(str(table.get("model_type")))
-        return _windowed(_count(path, table, "sliding_window", default), sliding)
+        return _windowed(_count(path, table, "sliding_window", _default_window(table)), sliding)
     return {}
 
 
@@ -222,19 +230,17 @@ def _window_rule(path: str, table: dict[str, Any], layers: int) -> dict[str, Any
     if model_type == "llama4_text":
         if "attention_chunk_size" in table and table["attention_chunk_size"] is None:
             return {}
-        chunk = _count(path, table, "attention_chunk_size", 8192)
+        chunk = _count(path, table, "attention_chunk_size", LLAMA4_CHUNK)
         return _windowed(chunk, _rope_layers(path, table, layers))
     if "use_sliding_window" in table and not _flag(path, table, "use_sliding_window", False):
         return {}
-    default = _DEFAULT_WINDOW.get(model_type)
+    default = _default_window(table)
     if table.get("sliding_window") is None and default is None:
         return {}
     window = _count(path, table, "sliding_window", default)
     if "use_sliding_window" in table:  # Qwen's: the layers from max_window_layers on
         first = (
-            _count(path, table, "max_window_layers", layers)
-            if _present(table, "max_window_layers")
-            else 0
+            _count(path, table, "max_window_layers") if _present(table, "max_window_layers") else 0
         )
         return _windowed(window, max(0, layers - first))
     if model_type in _WINDOW_PATTERNS:
