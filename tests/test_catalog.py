@@ -32,6 +32,7 @@ from chunked_prefill.sim.engines.gpus import (
     H100_GEMM_HALF_TOKENS,
     MI300X_GEMM_CLOCK,
     MI300X_GEMM_HALF_TOKENS,
+    NCCL_LINK_EFFICIENCY,
 )
 
 
@@ -176,6 +177,62 @@ def test_mi300x_gemms_reach_half_their_efficiency_at_the_fitted_tokens() -> None
     # The A100's 64 tokens: every time a quarter short.
     assert statistics.median(_gemm_errors(64)) < -0.25
     assert statistics.median([abs(e) for e in _gemm_errors(64)]) > 0.25
+
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+NCCL_ALL_REDUCE = EXAMPLES / "aiconfigurator" / "nccl_all_reduce.csv"
+
+
+def _all_reduce_times(gpu: str) -> dict[int, dict[int, float]]:
+    """nccl-tests' all-reduce time of ``gpu`` in seconds, by GPU count and message bytes (the
+    median of the file's runs of a size)."""
+    runs: dict[int, dict[int, list[float]]] = {}
+    for line in NCCL_ALL_REDUCE.read_text().splitlines()[1:]:
+        name, _, gpus, size, us = line.split(",")
+        if name == gpu:
+            runs.setdefault(int(gpus), {}).setdefault(int(size), []).append(float(us) * 1e-6)
+    return {n: {b: statistics.median(t) for b, t in sizes.items()} for n, sizes in runs.items()}
+
+
+def _link_efficiencies(gpu: str, gpu_counts: tuple[int, ...]) -> list[float]:
+    """The bus bandwidth over the link of each all-reduce of 8 to 64 MiB, its small-message
+    time taken off."""
+    link = GPUS[gpu].link_bandwidth
+    found = []
+    for n, times in _all_reduce_times(gpu).items():
+        if n in gpu_counts:
+            small = statistics.median(t for b, t in times.items() if b <= 32 * 1024)
+            found += [
+                2 * (n - 1) / n * b / ((t - small) * link)
+                for b, t in times.items()
+                if 8 << 20 <= b <= 64 << 20
+            ]
+    return found
+
+
+@pytest.mark.parametrize("gpu", ["a100-80gb", "h100-sxm", "h200", "b200", "l40s"])
+def test_the_link_efficiency_is_nccls_at_a_steps_message_sizes(gpu: str) -> None:
+    counts = (2,) if gpu == "l40s" else (2, 4, 8)
+    found = _link_efficiencies(gpu, counts)
+    assert len(found) == 4 * len(counts)
+    assert GPUS[gpu].link_efficiency == NCCL_LINK_EFFICIENCY[gpu]
+    assert statistics.median(found) == pytest.approx(NCCL_LINK_EFFICIENCY[gpu], abs=0.005)
+    # Well below the 0.80 of large messages (only the H100's and H200's 8 GPUs reach it,
+    # at 64 MiB).
+    assert statistics.median(found) < 0.65
+
+
+def test_gpus_without_a_measurement_take_a_measured_neighbours_link_or_the_default() -> None:
+    assert GPUS["a100-40gb"].link_efficiency == GPUS["a100-80gb"].link_efficiency
+    assert GPUS["h20"].link_efficiency == GPUS["h100-sxm"].link_efficiency
+    for gpu in ("h100-pcie", "h100-nvl", "l4", "a10g", "mi300x"):
+        assert GPUS[gpu].link_efficiency == GpuSpec.link_efficiency == 0.80
+
+
+def test_the_l40s_through_pcie_host_bridges_falls_off_beyond_two_gpus() -> None:
+    # Why its preset is the two-GPU figure, and a note says so (docs/engines.md).
+    assert statistics.median(_link_efficiencies("l40s", (4,))) < 0.2
+    assert statistics.median(_link_efficiencies("l40s", (8,))) < 0.06
 
 
 VIDUR_H100 = Path(__file__).parent.parent / "examples" / "vidur" / "h100_llama2_7b_mlp.csv"

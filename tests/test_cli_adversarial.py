@@ -173,6 +173,39 @@ def test_a_config_json_that_disagrees_with_itself_names_file_and_key(
     assert line.startswith(f"{flag}{path}: {message}"), line
 
 
+_MODEL_NAME = "a preset, a Hugging Face id or a config.json"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["simulate", "--trace", ""], "argument --trace: expected a file name"),
+        (["search", "--trace", "", "--slo-ttft", "1"], "argument --trace: expected a file name"),
+        (["simulate", "--profile", ""], "argument --profile: expected a file name"),
+        (
+            ["search", "--profile", "", "--slo-ttft", "1"],
+            "argument --profile: expected a file name",
+        ),
+        (["simulate", "--model", "", "--gpu", "h100"], f"argument --model: expected {_MODEL_NAME}"),
+        (
+            ["search", "--model", "", "--gpu", "h100", "--slo-ttft", "1"],
+            f"argument --model: expected {_MODEL_NAME}",
+        ),
+        (["fit", ""], "argument STEPS.csv: expected a file name"),
+        (["fit", "s.csv", "--model", ""], f"argument --model: expected {_MODEL_NAME}"),
+        (
+            ["fit", "s.csv", "--model", "x", "--gpu", ""],
+            "argument --gpu: expected a preset or a profile file",
+        ),
+    ],
+)
+def test_an_empty_name_is_one_error_line(
+    capsys: pytest.CaptureFixture[str], no_simulation: None, argv: list[str], message: str
+) -> None:
+    # Once a traceback of the readers' own type check (hypothesis found `--trace ''`).
+    assert _error(capsys, *argv) == f"{message}, got '' (the name is empty)"
+
+
 def test_a_config_json_with_head_dim_needs_no_divisible_hidden_size(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(CONFIG | {"hidden_size": 16, "head_dim": 128}))
@@ -195,7 +228,7 @@ def test_a_config_json_with_head_dim_needs_no_divisible_hidden_size(tmp_path: Pa
         ),
         (
             ["--tp", "2", "--gpu-link-gbs", "1e-20"],
-            "the roofline's allreduce_token_s is 6.55e+16 s, above 3600 s: link_bandwidth"
+            "the roofline's allreduce_token_s is 8.59e+16 s, above 3600 s: link_bandwidth"
             " (--gpu-link-gbs) x link_efficiency is too low for this model",
         ),
     ],

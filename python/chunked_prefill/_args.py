@@ -155,6 +155,24 @@ def float_flag(
     return parse
 
 
+def name_flag(what: str) -> Callable[[str], str]:
+    """A parser of a name of ``what`` (a file to read, a preset): any but the empty one,
+    which names nothing and would reach the readers' own type checks as a traceback; whether
+    the file or preset exists is the reader's to say."""
+
+    def parse(text: str) -> str:
+        if not text:
+            raise argparse.ArgumentTypeError(f"expected {what}, got '' (the name is empty)")
+        return text
+
+    parse.__name__ = what
+    return parse
+
+
+input_file = name_flag("a file name")
+"""The parser of a file to read (``--trace``, ``--profile``, ``fit``'s steps)."""
+
+
 def list_of(parse: Callable[[str], T]) -> Callable[[str], list[T]]:
     """A parser of a comma list whose items ``parse`` reads; an error names the item."""
 

@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Any
 
-from ..._args import UsageError, float_flag, int_flag
+from ..._args import UsageError, float_flag, input_file, int_flag, name_flag
 from ..._output import check_output, replacing
 from ..engines.gpus import GPUS
 from ..engines.models.presets import MODELS
@@ -34,7 +34,7 @@ def add_parser(subparsers: Any) -> None:
         " fit or a term the steps cannot determine is a warning on stderr. Every bad input is"
         f" one line '{PROG}: error: ...' on stderr and exit status 2.",
     )
-    p.add_argument("steps", metavar="STEPS.csv", help="the measured steps")
+    p.add_argument("steps", type=input_file, metavar="STEPS.csv", help="the measured steps")
     p.add_argument(
         "--out",
         metavar="PROFILE",
@@ -58,11 +58,13 @@ def add_parser(subparsers: Any) -> None:
     g = p.add_argument_group("roofline (fit the roofline of a model on a GPU instead)")
     g.add_argument(
         "--model",
+        type=name_flag("a preset, a Hugging Face id or a config.json"),
         metavar="NAME|config.json",
         help=f"the model the steps ran: a Hugging Face config.json or one of {', '.join(MODELS)}",
     )
     g.add_argument(
         "--gpu",
+        type=name_flag("a preset or a profile file"),
         metavar="NAME|FILE",
         help=f"the GPU they ran on: a profile (.toml/.json) or one of {', '.join(GPUS)}",
     )

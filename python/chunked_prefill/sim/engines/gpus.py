@@ -62,9 +62,13 @@ class GpuSpec:
     """Achieved fraction of ``hbm_bandwidth`` reading the weights at few tokens (the GEMVs
     of a decode step), beside each GEMV's fixed ``gemv_latency_s``."""
     link_efficiency: float = 0.80
-    """Achieved fraction of ``link_bandwidth`` (NCCL bus bandwidth / link bandwidth)."""
+    """Achieved fraction of ``link_bandwidth`` in the all-reduces of a step (NCCL bus
+    bandwidth / link bandwidth at the messages a step sends): measured on the A100, H100
+    SXM, H200, B200 and L40S (:data:`NCCL_LINK_EFFICIENCY`); 0.80, large messages' figure,
+    for the GPUs without a measurement."""
     allreduce_latency_s: float = 25e-6
-    """Fixed cost of one all-reduce call."""
+    """Fixed cost of one all-reduce call inside a step (the kernel alone takes 5-26 us in
+    microbenchmarks; see ``docs/engines.md``)."""
     layer_overhead_s: float = 26e-6
     """Fixed GPU time per decoder layer and step: its small kernels (norms, rotary
     embedding, activation, residual adds) at one token."""
@@ -147,9 +151,29 @@ Llama-3.1-70B and -405B at their tensor-parallel shapes, ``examples/aiter/``): m
 short (median error -26 %)."""
 
 
+NCCL_LINK_EFFICIENCY: dict[str, float] = {
+    "a100-80gb": 0.51,
+    "h100-sxm": 0.61,
+    "h200": 0.62,
+    "b200": 0.445,
+    "l40s": 0.62,
+}
+"""The link efficiency of each GPU's all-reduces at the messages a step sends: nccl-tests'
+``all_reduce_perf`` of 8 to 64 MiB (512 to 8 192 tokens of a 4 096- to 8 192-wide model),
+bf16, at 2, 4 and 8 GPUs, as NVIDIA's AIConfigurator collected it (NCCL 2.27-2.29,
+``examples/aiconfigurator/nccl_all_reduce.csv``): the median over sizes and GPU counts of
+``2 (tp - 1) / tp x bytes / ((time - small) x link_bandwidth)``, ``small`` the time of a
+message of at most 32 KiB. Large messages' 0.80 (nccl-tests at 512 MiB and above) is not
+what an engine's messages reach: 0.31-0.72 on the A100 from 4 to 256 MiB. The L40S is the
+2-GPU figure: through its PCIe host bridges 4 GPUs reach 0.16 and 8 reach 0.05, which a
+single factor cannot follow. The A100 40 GB takes the 80 GB's (the same NVLink 3), the H20
+the H100's (the same NVLink 4 switches)."""
+
+
 GPUS: dict[str, GpuSpec] = {
     "a100-80gb": GpuSpec(
         name="a100-80gb",
+        link_efficiency=NCCL_LINK_EFFICIENCY["a100-80gb"],
         peak_flops=312e12,
         hbm_bandwidth=2.039e12,
         memory_bytes=80 * GIB,
@@ -159,6 +183,7 @@ GPUS: dict[str, GpuSpec] = {
     ),
     "a100-40gb": GpuSpec(
         name="a100-40gb",
+        link_efficiency=NCCL_LINK_EFFICIENCY["a100-80gb"],
         peak_flops=312e12,
         hbm_bandwidth=1.555e12,
         memory_bytes=40 * GIB,
@@ -168,6 +193,7 @@ GPUS: dict[str, GpuSpec] = {
     ),
     "h100-sxm": GpuSpec(
         name="h100-sxm",
+        link_efficiency=NCCL_LINK_EFFICIENCY["h100-sxm"],
         peak_flops=989e12,
         fp8_peak_flops=1979e12,
         hbm_bandwidth=3.35e12,
@@ -207,6 +233,7 @@ GPUS: dict[str, GpuSpec] = {
     ),
     "h200": GpuSpec(
         name="h200",
+        link_efficiency=NCCL_LINK_EFFICIENCY["h200"],
         peak_flops=989e12,
         fp8_peak_flops=1979e12,
         hbm_bandwidth=4.8e12,
@@ -220,6 +247,7 @@ GPUS: dict[str, GpuSpec] = {
     ),
     "h20": GpuSpec(
         name="h20",
+        link_efficiency=NCCL_LINK_EFFICIENCY["h100-sxm"],
         peak_flops=148e12,
         fp8_peak_flops=296e12,
         hbm_bandwidth=4.0e12,
@@ -233,6 +261,7 @@ GPUS: dict[str, GpuSpec] = {
     ),
     "b200": GpuSpec(
         name="b200",
+        link_efficiency=NCCL_LINK_EFFICIENCY["b200"],
         peak_flops=2.25e15,
         fp8_peak_flops=4.5e15,
         hbm_bandwidth=8.0e12,
@@ -246,6 +275,7 @@ GPUS: dict[str, GpuSpec] = {
     ),
     "l40s": GpuSpec(
         name="l40s",
+        link_efficiency=NCCL_LINK_EFFICIENCY["l40s"],
         peak_flops=362.05e12,
         fp8_peak_flops=733e12,
         hbm_bandwidth=864e9,
@@ -295,7 +325,8 @@ GPUS: dict[str, GpuSpec] = {
 ``docs/engines.md``: the Hopper and Blackwell parts take the H100's, the others the
 A100's), but where a GPU's own measurements give one: the weight reads of the Hopper and
 Blackwell parts, the GEMMs' half-efficiency point of the H100 SXM and H200 and of the
-MI300X, and the MI300X's GEMM clock."""
+MI300X, the MI300X's GEMM clock, and the all-reduces' link efficiency of the NVLink parts
+and the L40S."""
 
 
 GPU_ALIASES: dict[str, str] = {

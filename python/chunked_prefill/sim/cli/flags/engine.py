@@ -7,6 +7,7 @@ import argparse
 
 from ...._args import (
     float_flag,
+    input_file,
     list_of,
     show,
 )
@@ -54,6 +55,7 @@ def add_engine_flags(p: argparse.ArgumentParser, *, overrides: bool = True) -> N
     )
     e.add_argument(
         "--profile",
+        type=input_file,
         metavar="FILE",
         help="TOML or JSON file of coefficients over the preset (keys: preset, name, t_min_s,"
         " c0_s, c_tok_s, c_attn_s, c_kv_s, c_chunk_sq_s), or a roofline profile that"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ...._args import UsageError, float_flag, int_flag, list_of
+from ...._args import UsageError, float_flag, int_flag, list_of, name_flag
 from ...engines.gpus import GPU_ALIASES, GPUS
 from ...engines.linear import GIB, KVMemory
 from ...engines.models import KV_CACHE_DTYPES, QUANTIZATIONS
@@ -62,6 +62,7 @@ def add_roofline_flags(p: argparse.ArgumentParser, *, overrides: bool = True) ->
     )
     g.add_argument(
         "--model",
+        type=name_flag("a preset, a Hugging Face id or a config.json"),
         metavar="NAME|config.json",
         help=f"the model: a Hugging Face config.json, one of {', '.join(MODELS)}, or a"
         " preset's Hugging Face id (meta-llama/Llama-3.1-8B-Instruct)",

@@ -12,6 +12,7 @@ from ...._args import (
     U64_MAX,
     UsageError,
     float_flag,
+    input_file,
     int_flag,
 )
 from ...workload.synthetic import (
@@ -50,6 +51,7 @@ def _add_source_flags(w: Any, rate_help: str | None) -> None:
     """Where the requests come from: a trace or the synthetic workload, how many, how fast."""
     w.add_argument(
         "--trace",
+        type=input_file,
         metavar="FILE",
         help="replay a CSV or JSON Lines trace instead of the synthetic workload (default:"
         " the synthetic workload)",
