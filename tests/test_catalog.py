@@ -29,6 +29,7 @@ from chunked_prefill.sim.catalog import (
 from chunked_prefill.sim.cli.engines import REFERENCE_CAPTION
 from chunked_prefill.sim.engine import GIB
 from chunked_prefill.sim.engines.gpus import (
+    FLASH_DECODE_MEASURED,
     H100_GEMM_HALF_TOKENS,
     MI300X_GEMM_CLOCK,
     MI300X_GEMM_HALF_TOKENS,
@@ -227,6 +228,61 @@ def test_gpus_without_a_measurement_take_a_measured_neighbours_link_or_the_defau
     assert GPUS["h20"].link_efficiency == GPUS["h100-sxm"].link_efficiency
     for gpu in ("h100-pcie", "h100-nvl", "l4", "a10g", "mi300x"):
         assert GPUS[gpu].link_efficiency == GpuSpec.link_efficiency == 0.80
+
+
+FLASH_DECODE = EXAMPLES / "aiconfigurator" / "flash_decode_attention.csv"
+
+
+def _decode_errors(gpu: str, efficiency: float, half: float) -> list[float]:
+    """Relative errors of ``fixed + bytes x (u + half) / (u x efficiency x hbm)`` against
+    vLLM's decode attention kernel on ``gpu`` (``examples/aiconfigurator``), the contexts of
+    1 024 tokens and more; ``fixed`` the kernel's median time at one sequence of 64 tokens at
+    most, ``u`` the sequences times K/V heads."""
+    rows = [line.split(",") for line in FLASH_DECODE.read_text().splitlines()[1:]]
+    mine = [
+        (int(b), int(k), int(c), float(us) * 1e-6) for g, _, _, b, _, k, c, us in rows if g == gpu
+    ]
+    fixed = statistics.median(t for b, _, c, t in mine if b == 1 and c <= 64)
+    rate = efficiency * GPUS[gpu].hbm_bandwidth
+    errors = []
+    for b, k, c, t in mine:
+        if c >= 1024:
+            u = b * k
+            errors.append((fixed + b * c * k * 128 * 4 * (u + half) / (u * rate)) / t - 1)
+    return errors
+
+
+@pytest.mark.parametrize("gpu", sorted(FLASH_DECODE_MEASURED))
+def test_flash_decode_reads_are_vllms_kernel_at_few_and_many_sequences(gpu: str) -> None:
+    efficiency, half = FLASH_DECODE_MEASURED[gpu]
+    assert (GPUS[gpu].flash_decode_efficiency, GPUS[gpu].flash_decode_half_heads) == (
+        efficiency,
+        half,
+    )
+
+    def error(e: float, h: float) -> float:
+        return statistics.median(abs(x) for x in _decode_errors(gpu, e, h))
+
+    # The preset's pair fits best among its neighbours (a grid of 0.01 and 0.25 steps) ...
+    best = error(efficiency, half)
+    for e, h in ((efficiency - 0.01, half), (efficiency + 0.01, half),
+                 (efficiency, max(half - 0.25, 0.0)), (efficiency, half + 0.25)):  # fmt: skip
+        assert best <= error(e, h), (e, h)
+    assert best < 0.12
+    # ... and better than hbm_efficiency's 0.85 with no loss at few sequences.
+    assert best < error(0.85, 0.0)
+
+
+def test_gpus_without_a_decode_measurement_take_a_neighbours_or_no_loss() -> None:
+    assert GPUS["a100-40gb"].flash_decode_half_heads == GPUS["a100-80gb"].flash_decode_half_heads
+    for gpu in ("h100-pcie", "h100-nvl", "h20"):
+        assert GPUS[gpu].flash_decode_efficiency == GPUS["h100-sxm"].flash_decode_efficiency
+        assert GPUS[gpu].flash_decode_half_heads == GPUS["h100-sxm"].flash_decode_half_heads
+    for gpu in ("l4", "a10g", "mi300x"):
+        assert (GPUS[gpu].flash_decode_efficiency, GPUS[gpu].flash_decode_half_heads) == (
+            GPUS[gpu].hbm_efficiency,
+            0.0,
+        )
 
 
 def test_the_l40s_through_pcie_host_bridges_falls_off_beyond_two_gpus() -> None:

@@ -26,6 +26,7 @@ TRUE = {
     "attention_efficiency": 0.5,
     "chunk_attention_efficiency": 0.3,
     "hbm_efficiency": 0.8,
+    "flash_decode_efficiency": 0.8,
     "layer_overhead_s": 30e-6,
     "moe_layer_s": 25e-6 * 30 / 26,
     "step_overhead_s": 0.0,
@@ -94,7 +95,12 @@ def test_noise_free_steps_give_back_the_efficiencies_within_1_percent(
 ) -> None:
     s = synthetic(true_roofline(model, tp, backend))
     fit = fit_roofline(s, model, "a100-80gb", tp, "vllm", backend)
-    for key in ("gemm_efficiency", "weight_read_efficiency", attention, "hbm_efficiency"):
+    # The KV reads' efficiency is FlashAttention's decode kernel's with the flash backend.
+    kv = "flash_decode_efficiency" if backend == "flash" else "hbm_efficiency"
+    assert kv in fit.fields and ({"flash_decode_efficiency", "hbm_efficiency"} - {kv}).isdisjoint(
+        fit.fields
+    )
+    for key in ("gemm_efficiency", "weight_read_efficiency", attention, kv):
         assert rel(fit.fields[key], TRUE[key]) < 0.01, key
     assert rel(fit.fields["layer_overhead_s"], TRUE["layer_overhead_s"]) < 0.01
     assert rel(fit.fields["moe_layer_s"], TRUE["moe_layer_s"]) < 0.01
@@ -111,7 +117,7 @@ def test_5_percent_noise() -> None:
     fit = fit_roofline(s, "llama-3.1-8b", "a100-80gb")
     # The efficiencies of the large terms come back within 2 %, prefill attention (a
     # smaller share of fewer steps) within 8 %; the two small fixed times are the loosest.
-    for key in ("gemm_efficiency", "weight_read_efficiency", "hbm_efficiency"):
+    for key in ("gemm_efficiency", "weight_read_efficiency", "flash_decode_efficiency"):
         assert rel(fit.fields[key], TRUE[key]) < 0.02, key
     assert rel(fit.fields["attention_efficiency"], TRUE["attention_efficiency"]) < 0.08
     assert rel(fit.fields["layer_overhead_s"], TRUE["layer_overhead_s"]) < 0.2
@@ -151,20 +157,20 @@ def test_small_decode_steps_alone_name_what_they_cannot_determine() -> None:
         assert fit.fields[key] == getattr(preset, key), key
     # The weight reads take up the overhead's difference (32 layers x 4 us on ~11 ms).
     assert rel(fit.fields["weight_read_efficiency"], TRUE["weight_read_efficiency"]) < 0.02
-    assert rel(fit.fields["hbm_efficiency"], TRUE["hbm_efficiency"]) < 0.01
+    assert rel(fit.fields["flash_decode_efficiency"], TRUE["flash_decode_efficiency"]) < 0.01
     assert fit.error_max < 1e-9
     assert fit.warnings == [f"not identified: {t} ({w})" for t, w in fit.unidentified]
 
 
 def test_an_efficiency_above_1_is_kept_at_1_with_a_warning() -> None:
-    gpu = replace(GPUS["a100-80gb"], hbm_efficiency=1.0)
+    gpu = replace(GPUS["a100-80gb"], flash_decode_efficiency=1.0)
     fast, _ = engine_for("llama-3.1-8b", gpu, 1)
     fast = replace(fast, kv_token_s=fast.kv_token_s / 1.25)  # the KV reads at 125 %
     fit = fit_roofline(synthetic(fast), "llama-3.1-8b", "a100-80gb")
-    assert fit.fields["hbm_efficiency"] == 1.0
+    assert fit.fields["flash_decode_efficiency"] == 1.0
     assert fit.clamped == (
-        "hbm_efficiency: the steps ask for 1.25, above 1 (faster than the datasheet allows):"
-        " kept at 1",
+        "flash_decode_efficiency: the steps ask for 1.25, above 1 (faster than the datasheet"
+        " allows): kept at 1",
     )
     assert fit.warnings[-1] == fit.clamped[0]
 
@@ -220,7 +226,7 @@ def test_profile_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     ]
     keys = [line.split(" = ")[0] for line in lines[6:]]
     assert keys == ["gemm_efficiency", "weight_read_efficiency", "attention_efficiency",
-                    "chunk_attention_efficiency", "hbm_efficiency", "layer_overhead_s",
+                    "chunk_attention_efficiency", "flash_decode_efficiency", "layer_overhead_s",
                     "moe_layer_s", "step_overhead_s", "cpu_seq_s"]  # fmt: skip
 
 
@@ -316,7 +322,8 @@ def test_fit_flag_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
          "argument --profile: {p}: unknown key 'c0_s'; known keys: kind, model, gpu, tp,"
          " serving_engine, attention_backend, cpu_seq_s, activation_reserve_bytes,"
          " allreduce_latency_s, attention_efficiency, chunk_attention_efficiency,"
-         " expert_half_tokens, fp8_peak_flops, gemm_efficiency, gemm_half_tokens,"
+         " expert_half_tokens, flash_decode_efficiency, flash_decode_half_heads,"
+         " fp8_peak_flops, gemm_efficiency, gemm_half_tokens,"
          " gemv_latency_s, hbm_bandwidth,"
          " hbm_efficiency,"
          " layer_overhead_s, link_bandwidth, link_efficiency, memory_bytes, moe_layer_s,"

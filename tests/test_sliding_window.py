@@ -256,10 +256,13 @@ def test_a_decode_reads_at_most_the_window() -> None:
     # 4 096; below the window both are the same.
     assert v1.step_time(0, 1, 0, 10_000) == v2.step_time(0, 1, 0, 4096)
     assert v1.step_time(0, 1, 0, 3000) == v2.step_time(0, 1, 0, 3000)
-    assert v1.terms(0, 1, 0, 10_000)["decode_attention"] == v1.window_kv_token_s * 4096
+    # (One sequence reads at 8 / (8 + 1.75) of the full rate: 1.75 / 8 sequences' worth more.)
+    slow = 1 + 1.75 / 8
+    assert v1.terms(0, 1, 0, 10_000)["decode_attention"] == v1.window_kv_token_s * 4096 * slow
     # Two sequences of 1 000 and 9 000 tokens: the step's sum is capped at 2 x 4 096, more
     # than capping each (1 000 + 4 096): the decode group keeps only the sum.
-    assert v1.terms(0, 2, 0, 10_000)["decode_attention"] == v1.window_kv_token_s * 8192
+    slow = 1 + 1.75 / 8 / 2
+    assert v1.terms(0, 2, 0, 10_000)["decode_attention"] == v1.window_kv_token_s * 8192 * slow
 
 
 def test_a_chunk_beyond_the_window_attends_to_the_window() -> None:

@@ -403,7 +403,7 @@ def simulate_serving(
     values (``numpy.ndarray.tobytes()``); the records come back as bytes for
     ``numpy.frombuffer`` (``cached_tokens``, ``preemptions``, ``recomputed_tokens`` and
     ``replica`` empty when every request's is 0, ``arrival_s`` and ``output_tokens`` the
-    workload's columns given back) and ints/floats. ``roofline`` (the 20
+    workload's columns given back) and ints/floats. ``roofline`` (the 21
     coefficients of ``chunked_prefill.sim.roofline.COEFFICIENTS``) replaces the linear
     ``engine`` by the roofline model.
 

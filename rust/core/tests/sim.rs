@@ -287,6 +287,7 @@ fn roofline_step_time_is_the_python_formula() {
         window_tokens: 0.0,
         window_pair_s: 0.0,
         window_kv_token_s: 0.0,
+        kv_half_seqs: 0.0,
     };
     let decode = StepShape {
         decode_tokens: 4,

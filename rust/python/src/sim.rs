@@ -296,13 +296,13 @@ fn step_model(
     }))
 }
 
-/// The roofline of its 20 coefficients, in the order of Python's `roofline.COEFFICIENTS`.
+/// The roofline of its 21 coefficients, in the order of Python's `roofline.COEFFICIENTS`.
 fn roofline_of(c: &[f64]) -> PyResult<Roofline> {
-    let &[overhead_s, token_s, gemm_fixed_s, expert_fixed_s, head_row_s, dense_read_s, expert_read_s, experts, expert_miss, pair_s, chunk_sq_s, kv_token_s, allreduce_call_s, allreduce_token_s, launch_s, cpu_step_s, seq_s, window_tokens, window_pair_s, window_kv_token_s] =
+    let &[overhead_s, token_s, gemm_fixed_s, expert_fixed_s, head_row_s, dense_read_s, expert_read_s, experts, expert_miss, pair_s, chunk_sq_s, kv_token_s, allreduce_call_s, allreduce_token_s, launch_s, cpu_step_s, seq_s, window_tokens, window_pair_s, window_kv_token_s, kv_half_seqs] =
         c
     else {
         return Err(PyValueError::new_err(format!(
-            "roofline must hold 20 coefficients, got {}",
+            "roofline must hold 21 coefficients, got {}",
             c.len()
         )));
     };
@@ -332,6 +332,7 @@ fn roofline_of(c: &[f64]) -> PyResult<Roofline> {
         window_tokens,
         window_pair_s,
         window_kv_token_s,
+        kv_half_seqs,
     })
 }
 

@@ -9,7 +9,8 @@ efficiency factor of the GPU (:class:`~.gpus.GpuSpec`), or is a fixed time:
   ``expert_read_s``): ``weight_read_efficiency``;
 - ``attention`` (``pair_s``, the flash backend): ``attention_efficiency``;
 - ``chunk_attention`` (``chunk_sq_s``, the vidur backend): ``chunk_attention_efficiency``;
-- ``kv`` (``kv_token_s``): ``hbm_efficiency``;
+- ``kv`` (``kv_token_s``): ``flash_decode_efficiency`` with the flash backend,
+  ``hbm_efficiency`` with the others;
 - ``overhead_s``, in seconds: ``layer_overhead_s``, ``moe_layer_s`` and ``step_overhead_s``
   (in the preset's proportion);
 - ``cpu_seq_s`` (``seq_s``), in seconds: the serving engine's CPU time per sequence.
@@ -61,12 +62,17 @@ SCALES = (
     ("cpu_seq_s", None),
 )
 """The fitted unknowns in order, and the :class:`GpuSpec` efficiency each one divides
-(``None``: a time in seconds)."""
+(``None``: a time in seconds); ``kv`` divides ``flash_decode_efficiency`` instead with the
+flash attention backend (:func:`_keys`)."""
 
 _G, _W, _A, _C, _K, _O, _Q = range(7)
-_NAMES = ("gemm_efficiency", "weight_read_efficiency", "attention_efficiency",
-          "chunk_attention_efficiency", "hbm_efficiency", "overhead_s", "cpu_seq_s")  # fmt: skip
-"""Each unknown as the report names it."""
+
+
+def _keys(flash: bool) -> tuple[str, ...]:
+    """Each unknown as the profile and the report name it: the :data:`SCALES` fields, the
+    KV reads' efficiency the backend's (FlashAttention's decode kernel has its own)."""
+    keys = tuple(key or name for name, key in SCALES)
+    return (*keys[:_K], "flash_decode_efficiency", *keys[_K + 1 :]) if flash else keys
 
 
 @dataclass(frozen=True)
@@ -140,8 +146,11 @@ def _terms(r: RooflineModel, s: Steps) -> _Terms:
         pairs=r.pair_s * s.attention_pairs
         + r.window_pair_s * _capped(r, s.attention_pairs, s.prefill_tokens),
         squares=r.chunk_sq_s * s.chunk_sq,
-        kv=r.kv_token_s * s.decode_context_tokens
-        + r.window_kv_token_s * _capped(r, s.decode_context_tokens, s.decode_tokens),
+        kv=(
+            r.kv_token_s * s.decode_context_tokens
+            + r.window_kv_token_s * _capped(r, s.decode_context_tokens, s.decode_tokens)
+        )
+        * _slowdown(r, s.decode_tokens),
         rows=rows,
         n=n,
         fixed=r.allreduce_call_s + r.allreduce_token_s * n,
@@ -159,6 +168,14 @@ def _capped(r: RooflineModel, total: Array, count: Array) -> Array:
         return total
     capped: Array = np.minimum(total, r.window_tokens * count)
     return capped
+
+
+def _slowdown(r: RooflineModel, decodes: Array) -> Array:
+    """``1 + kv_half_seqs / D`` per step (1 without decodes), as
+    :meth:`RooflineModel.decode_slowdown`."""
+    few: Array = 1.0 + r.kv_half_seqs / np.maximum(decodes, 1)
+    slowdown: Array = np.where(decodes > 0, few, 1.0)
+    return slowdown
 
 
 def _gpu(x: Array, t: _Terms) -> Array:
@@ -269,7 +286,8 @@ def fit_roofline(
     serving = resolve_serving_engine(serving_engine)
     preset, _ = engine_for(spec, card, tp, serving_engine=serving.name,
                            attention_backend=attention_backend)  # fmt: skip
-    vidur = resolve_attention_backend(attention_backend).chunk_square
+    backend = resolve_attention_backend(attention_backend)
+    vidur, keys = backend.chunk_square, _keys(backend.name == "flash")
     with np.errstate(all="ignore"):
         t = _terms(preset, s)
         base, why = _base(s, t, vidur)
@@ -277,7 +295,7 @@ def fit_roofline(
     compute, bound = _split(x, t)
     free = _free(base, compute, bound, preset.experts == 0)
     why += _regime_reasons(base, free, compute, bound)
-    fields, clamped = _fields(x, card, preset, serving.cpu_seq_s, free)
+    fields, clamped = _fields(x, card, preset, serving.cpu_seq_s, free, keys)
     changes: dict[str, Any] = {k: v for k, v in fields.items() if k != "cpu_seq_s"}
     fitted_gpu = replace(card, **changes)
     engine, _ = engine_for(
@@ -305,7 +323,7 @@ def fit_roofline(
             "memory": int((~compute & bound).sum()),
             "launch": int((~bound).sum()),
         },
-        unidentified=tuple((_NAMES[i], w) for i, w in sorted(why)),
+        unidentified=tuple((keys[i], w) for i, w in sorted(why)),
         clamped=tuple(clamped),
         error_p50=p50,
         error_p90=p90,
@@ -361,15 +379,19 @@ def _regime_reasons(base: Mask, free: Mask, compute: Mask, bound: Mask) -> list[
 
 
 def _fields(
-    x: Array, card: GpuSpec, preset: RooflineModel, cpu_seq_s: float, free: Mask
+    x: Array,
+    card: GpuSpec,
+    preset: RooflineModel,
+    cpu_seq_s: float,
+    free: Mask,
+    keys: tuple[str, ...],
 ) -> tuple[dict[str, float], list[str]]:
     """The profile's values from the unknowns: each efficiency the preset's divided by its
     scale (at most 1), the fixed time split over ``layer_overhead_s``, ``moe_layer_s`` and
     ``step_overhead_s`` in the preset's proportion, ``cpu_seq_s`` as fitted."""
     fields: dict[str, float] = {}
     clamped = []
-    for i, (_, key) in enumerate(SCALES[:5]):
-        assert key is not None
+    for i, key in enumerate(keys[:5]):
         value = float(getattr(card, key))
         if free[i]:
             wanted = value / float(x[i]) if x[i] > 0 else float("inf")

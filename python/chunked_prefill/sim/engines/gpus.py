@@ -57,7 +57,17 @@ class GpuSpec:
     charged again (a cost per squared chunk token, seen in Vidur's profiles; only with the
     ``vidur`` attention backend)."""
     hbm_efficiency: float = 0.85
-    """Achieved fraction of ``hbm_bandwidth`` reading the KV cache (decode attention)."""
+    """Achieved fraction of ``hbm_bandwidth`` reading the KV cache in decode attention with
+    the ``paged`` and ``vidur`` attention backends."""
+    flash_decode_efficiency: float = 0.85
+    """The same for FlashAttention's decode kernel (the ``flash`` backend) when the step
+    has many (sequence, K/V head) pairs; measured on the GPUs of
+    :data:`FLASH_DECODE_MEASURED`, ``hbm_efficiency``'s 0.85 on the others."""
+    flash_decode_half_heads: float = 0.0
+    """The (sequence, K/V head) pairs of a step at which FlashAttention's decode reads run at
+    half of ``flash_decode_efficiency``: with ``u`` pairs they run at ``efficiency * u / (u
+    + half)`` (the kernel's thread blocks per pair, a few of which cannot keep the GPU's
+    memory busy). 0: no such loss (the GPUs without a measurement)."""
     weight_read_efficiency: float = 0.80
     """Achieved fraction of ``hbm_bandwidth`` reading the weights at few tokens (the GEMVs
     of a decode step), beside each GEMV's fixed ``gemv_latency_s``."""
@@ -170,9 +180,28 @@ single factor cannot follow. The A100 40 GB takes the 80 GB's (the same NVLink 3
 the H100's (the same NVLink 4 switches)."""
 
 
+FLASH_DECODE_MEASURED: dict[str, tuple[float, float]] = {
+    "a100-80gb": (0.70, 1.75),
+    "h100-sxm": (0.91, 4.25),
+    "h200": (0.90, 12.75),
+    "b200": (0.91, 2.25),
+    "l40s": (0.82, 0.25),
+}
+"""``(flash_decode_efficiency, flash_decode_half_heads)`` of each GPU: vLLM's decode
+attention kernel timed by NVIDIA's AIConfigurator (FlashAttention in vLLM 0.14, FlashInfer
+in vLLM 0.19 on the B200; bf16 KV cache, head size 128, 1 to 2 048 sequences of 1 k to
+128 k tokens, 1 to 8 K/V heads; ``examples/aiconfigurator/flash_decode_attention.csv``):
+the pair that fits ``fixed + bytes x (u + half) / (u x efficiency x hbm_bandwidth)`` best
+(least median error, 7-11 %), ``u`` the sequences times K/V heads, ``fixed`` the kernel's
+time at one short sequence (7-13 us). The A100 40 GB takes the 80 GB's, the H100 PCIe and
+NVL and the H20 the H100 SXM's (the same kernels; none measured)."""
+
+
 GPUS: dict[str, GpuSpec] = {
     "a100-80gb": GpuSpec(
         name="a100-80gb",
+        flash_decode_efficiency=FLASH_DECODE_MEASURED["a100-80gb"][0],
+        flash_decode_half_heads=FLASH_DECODE_MEASURED["a100-80gb"][1],
         link_efficiency=NCCL_LINK_EFFICIENCY["a100-80gb"],
         peak_flops=312e12,
         hbm_bandwidth=2.039e12,
@@ -183,6 +212,8 @@ GPUS: dict[str, GpuSpec] = {
     ),
     "a100-40gb": GpuSpec(
         name="a100-40gb",
+        flash_decode_efficiency=FLASH_DECODE_MEASURED["a100-80gb"][0],
+        flash_decode_half_heads=FLASH_DECODE_MEASURED["a100-80gb"][1],
         link_efficiency=NCCL_LINK_EFFICIENCY["a100-80gb"],
         peak_flops=312e12,
         hbm_bandwidth=1.555e12,
@@ -193,6 +224,8 @@ GPUS: dict[str, GpuSpec] = {
     ),
     "h100-sxm": GpuSpec(
         name="h100-sxm",
+        flash_decode_efficiency=FLASH_DECODE_MEASURED["h100-sxm"][0],
+        flash_decode_half_heads=FLASH_DECODE_MEASURED["h100-sxm"][1],
         link_efficiency=NCCL_LINK_EFFICIENCY["h100-sxm"],
         peak_flops=989e12,
         fp8_peak_flops=1979e12,
@@ -207,6 +240,8 @@ GPUS: dict[str, GpuSpec] = {
     ),
     "h100-pcie": GpuSpec(
         name="h100-pcie",
+        flash_decode_efficiency=FLASH_DECODE_MEASURED["h100-sxm"][0],
+        flash_decode_half_heads=FLASH_DECODE_MEASURED["h100-sxm"][1],
         peak_flops=756.5e12,
         fp8_peak_flops=1513e12,
         hbm_bandwidth=2.0e12,
@@ -220,6 +255,8 @@ GPUS: dict[str, GpuSpec] = {
     ),
     "h100-nvl": GpuSpec(
         name="h100-nvl",
+        flash_decode_efficiency=FLASH_DECODE_MEASURED["h100-sxm"][0],
+        flash_decode_half_heads=FLASH_DECODE_MEASURED["h100-sxm"][1],
         peak_flops=835.5e12,
         fp8_peak_flops=1670.5e12,
         hbm_bandwidth=3.9e12,
@@ -233,6 +270,8 @@ GPUS: dict[str, GpuSpec] = {
     ),
     "h200": GpuSpec(
         name="h200",
+        flash_decode_efficiency=FLASH_DECODE_MEASURED["h200"][0],
+        flash_decode_half_heads=FLASH_DECODE_MEASURED["h200"][1],
         link_efficiency=NCCL_LINK_EFFICIENCY["h200"],
         peak_flops=989e12,
         fp8_peak_flops=1979e12,
@@ -247,6 +286,8 @@ GPUS: dict[str, GpuSpec] = {
     ),
     "h20": GpuSpec(
         name="h20",
+        flash_decode_efficiency=FLASH_DECODE_MEASURED["h100-sxm"][0],
+        flash_decode_half_heads=FLASH_DECODE_MEASURED["h100-sxm"][1],
         link_efficiency=NCCL_LINK_EFFICIENCY["h100-sxm"],
         peak_flops=148e12,
         fp8_peak_flops=296e12,
@@ -261,6 +302,8 @@ GPUS: dict[str, GpuSpec] = {
     ),
     "b200": GpuSpec(
         name="b200",
+        flash_decode_efficiency=FLASH_DECODE_MEASURED["b200"][0],
+        flash_decode_half_heads=FLASH_DECODE_MEASURED["b200"][1],
         link_efficiency=NCCL_LINK_EFFICIENCY["b200"],
         peak_flops=2.25e15,
         fp8_peak_flops=4.5e15,
@@ -275,6 +318,8 @@ GPUS: dict[str, GpuSpec] = {
     ),
     "l40s": GpuSpec(
         name="l40s",
+        flash_decode_efficiency=FLASH_DECODE_MEASURED["l40s"][0],
+        flash_decode_half_heads=FLASH_DECODE_MEASURED["l40s"][1],
         link_efficiency=NCCL_LINK_EFFICIENCY["l40s"],
         peak_flops=362.05e12,
         fp8_peak_flops=733e12,
@@ -325,8 +370,8 @@ GPUS: dict[str, GpuSpec] = {
 ``docs/engines.md``: the Hopper and Blackwell parts take the H100's, the others the
 A100's), but where a GPU's own measurements give one: the weight reads of the Hopper and
 Blackwell parts, the GEMMs' half-efficiency point of the H100 SXM and H200 and of the
-MI300X, the MI300X's GEMM clock, and the all-reduces' link efficiency of the NVLink parts
-and the L40S."""
+MI300X, the MI300X's GEMM clock, the all-reduces' link efficiency of the NVLink parts and
+the L40S, and FlashAttention's decode reads of the NVIDIA data-center parts."""
 
 
 GPU_ALIASES: dict[str, str] = {

@@ -12,6 +12,7 @@ On one GPU of a tensor-parallel group of ``tp``::
         + chunk_sq_s * sum over chunks of tokens**2             # (the "vidur" backend only)
         + kv_token_s * decode_context_tokens                    # decode attention: KV reads
         + window_kv_token_s * min(decode_context_tokens, W * D) #   (windowed layers)
+          (both times 1 + kv_half_seqs / D when D > 0)          #   few sequences: slower
         + allreduce_call_s + allreduce_token_s * N              # TP all-reduces
     t = max(gpu, launch_s)                                      # eager kernel launches
       + cpu_step_s + seq_s * (D + C)                            # the serving engine's CPU
@@ -25,7 +26,9 @@ have their own attention terms, each query's keys capped at ``W``: ``min(sum, W 
 is that cap applied to the step's sums (``sum of min(c, W)`` is at most it, equal when every
 sequence's context is on one side of ``W``: a batch of one, or equal lengths); a mix of
 both sides is charged more, the short ones' room below ``W`` going to the long ones (the
-decode group keeps only the sum). The coefficients come from a
+decode group keeps only the sum). FlashAttention's decode reads run at ``D / (D +
+kv_half_seqs)`` of their full rate: a step of few sequences has too few (sequence, K/V
+head) thread blocks to keep the GPU's memory busy. The coefficients come from a
 :class:`~.models.ModelSpec`, a :class:`~.gpus.GpuSpec` and the software
 (:mod:`.software`) in :meth:`RooflineModel.build`; ``docs/engines.md`` derives each term and
 cites its figures. ``rust/core/src/sim/roofline.rs`` computes the same formula with the same
@@ -88,6 +91,7 @@ COEFFICIENTS = (
     "window_tokens",
     "window_pair_s",
     "window_kv_token_s",
+    "kv_half_seqs",
 )
 """The coefficients in the order ``_core.simulate_serving(roofline=...)`` takes them."""
 
@@ -145,6 +149,11 @@ class RooflineModel:
     window_kv_token_s: float = 0.0
     """Decode attention time per context token of the windowed layers, up to ``W`` tokens a
     sequence."""
+    kv_half_seqs: float = 0.0
+    """The decode sequences at which the KV reads (``kv_token_s`` and ``window_kv_token_s``)
+    run at half their rate: ``D`` sequences take ``1 + kv_half_seqs / D`` times their
+    full-rate time (the GPU's ``flash_decode_half_heads`` over the K/V heads a GPU holds;
+    0: no such loss)."""
     serving_engine: str = "none"
     """The :data:`~.software.SERVING_ENGINES` entry the CPU terms come from."""
     attention_backend: str = "flash"
@@ -243,8 +252,12 @@ class RooflineModel:
         gpu += self.pair_s * attention_pairs
         gpu += self.window_pair_s * self._capped(attention_pairs, prefill_tokens)
         gpu += self.chunk_sq_s * prefill_chunk_sq
-        gpu += self.kv_token_s * decode_context_tokens
-        gpu += self.window_kv_token_s * self._capped(decode_context_tokens, decode_tokens)
+        reads = self.kv_token_s * decode_context_tokens
+        window_reads = self.window_kv_token_s * self._capped(decode_context_tokens, decode_tokens)
+        gpu += reads
+        gpu += window_reads
+        if self.kv_half_seqs > 0 and decode_tokens > 0:
+            gpu += (reads + window_reads) * (self.kv_half_seqs / decode_tokens)
         gpu += self.allreduce_call_s + self.allreduce_token_s * n
         t = gpu if gpu > self.launch_s else self.launch_s
         t += self.cpu_step_s + self.seq_s * rows
@@ -279,10 +292,20 @@ class RooflineModel:
             "prefill_attention": self.pair_s * attention_pairs
             + self.window_pair_s * self._capped(attention_pairs, prefill_tokens),
             "chunk_attention": self.chunk_sq_s * prefill_chunk_sq,
-            "decode_attention": self.kv_token_s * decode_context_tokens
-            + self.window_kv_token_s * self._capped(decode_context_tokens, decode_tokens),
+            "decode_attention": (
+                self.kv_token_s * decode_context_tokens
+                + self.window_kv_token_s * self._capped(decode_context_tokens, decode_tokens)
+            )
+            * self.decode_slowdown(decode_tokens),
             "allreduce": self.allreduce_call_s + self.allreduce_token_s * n,
         }
+
+    def decode_slowdown(self, decode_tokens: int) -> float:
+        """``1 + kv_half_seqs / D``: how much longer ``D`` sequences' KV reads take than at
+        their full rate (1 without decodes or without the loss)."""
+        if self.kv_half_seqs > 0 and decode_tokens > 0:
+            return 1.0 + self.kv_half_seqs / decode_tokens
+        return 1.0
 
     def _capped(self, total: int, count: int) -> float:
         """``min(total, W * count)``: a sum of ``count`` sequences' keys (or a step's
@@ -347,7 +370,10 @@ def _attention(
     pair_flops = model.pair_flops_per_head * (model.num_attention_heads // tp)
     pair_rate = gpu.peak_flops * (backend.pair_efficiency or gpu.attention_efficiency)
     kv_layer = _kv_read_bytes(model, tp, backend) // layers  # every layer holds the same
-    kv_rate = gpu.hbm_bandwidth * gpu.hbm_efficiency
+    # FlashAttention's decode kernel, as measured; MLA's (FlashMLA) was not: the GPU's
+    # hbm_efficiency and no loss at few sequences, as the other backends.
+    flash = backend.name == "flash" and not model.is_mla
+    kv_rate = gpu.hbm_bandwidth * (gpu.flash_decode_efficiency if flash else gpu.hbm_efficiency)
     chunk_rate = gpu.peak_flops * gpu.chunk_attention_efficiency
     full, windowed = model.full_attention_layers, model.window_layers
     return {
@@ -357,6 +383,7 @@ def _attention(
         "window_tokens": float(model.sliding_window),
         "window_pair_s": windowed * pair_flops / pair_rate,
         "window_kv_token_s": windowed * kv_layer / kv_rate,
+        "kv_half_seqs": gpu.flash_decode_half_heads / model.kv_heads_per_gpu(tp) if flash else 0.0,
     }
 
 

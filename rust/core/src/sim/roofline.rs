@@ -58,6 +58,10 @@ pub struct Roofline {
     /// Decode attention time per context token of the windowed layers, up to `W` a
     /// sequence.
     pub window_kv_token_s: f64,
+    /// The decode sequences at which the KV reads run at half their rate: `D` sequences
+    /// take `1 + kv_half_seqs / D` times their full-rate time (too few thread blocks to keep
+    /// the GPU's memory busy; 0: no such loss).
+    pub kv_half_seqs: f64,
 }
 
 /// `base` to the power `n` by repeated squaring (as Python's `pow_int`: a libm `pow` might
@@ -120,9 +124,15 @@ impl Roofline {
         gpu += self.pair_s * to_f64(shape.attention_pairs);
         gpu += self.window_pair_s * self.capped(shape.attention_pairs, shape.prefill_tokens);
         gpu += self.chunk_sq_s * to_f64(shape.prefill_chunk_sq);
-        gpu += self.kv_token_s * to_f64(shape.decode_context_tokens);
-        gpu +=
+        let reads = self.kv_token_s * to_f64(shape.decode_context_tokens);
+        let window_reads =
             self.window_kv_token_s * self.capped(shape.decode_context_tokens, shape.decode_tokens);
+        gpu += reads;
+        gpu += window_reads;
+        if self.kv_half_seqs > 0.0 && shape.decode_tokens > 0 {
+            gpu += (reads + window_reads)
+                * (self.kv_half_seqs / to_f64(u128::from(shape.decode_tokens)));
+        }
         gpu += self.allreduce_call_s + self.allreduce_token_s * to_f64(n);
         let mut t = if gpu > self.launch_s {
             gpu
@@ -160,6 +170,7 @@ mod tests {
         window_tokens: 0.0,
         window_pair_s: 0.0,
         window_kv_token_s: 0.0,
+        kv_half_seqs: 0.0,
     };
 
     #[test]
@@ -205,6 +216,38 @@ mod tests {
         assert_eq!(r.step_time(&two), 6.0);
         let fast = Roofline { launch_s: 0.0, ..r };
         assert_eq!(fast.step_time(&two), 4.0);
+    }
+
+    #[test]
+    fn few_decodes_read_slower() {
+        let r = Roofline {
+            kv_token_s: 2.0,
+            window_tokens: 100.0,
+            window_kv_token_s: 20.0,
+            kv_half_seqs: 3.0,
+            ..ZERO
+        };
+        // One decode of 40 tokens: (2 x 40 + 20 x 40) x (1 + 3 / 1).
+        let one = StepShape {
+            decode_tokens: 1,
+            decode_context_tokens: 40,
+            ..StepShape::default()
+        };
+        assert_eq!(r.step_time(&one), 880.0 * 4.0);
+        // Three decodes of 40 tokens each: at half the rate, twice the full-rate time.
+        let three = StepShape {
+            decode_tokens: 3,
+            decode_context_tokens: 120,
+            ..StepShape::default()
+        };
+        assert_eq!(r.step_time(&three), (2.0 * 120.0 + 20.0 * 120.0) * 2.0);
+        // A prefill reads no KV cache of decodes: nothing to slow down.
+        let prefill = StepShape {
+            prefill_tokens: 4,
+            prefill_chunks: 1,
+            ..StepShape::default()
+        };
+        assert_eq!(r.step_time(&prefill), 0.0);
     }
 
     #[test]
