@@ -28,7 +28,7 @@ from chunked_prefill.sim.catalog import (
 )
 from chunked_prefill.sim.cli.engines import REFERENCE_CAPTION
 from chunked_prefill.sim.engine import GIB
-from chunked_prefill.sim.engines.gpus import (
+from chunked_prefill.sim.engines.gpu_factors import (
     FLASH_DECODE_MEASURED,
     H100_GEMM_HALF_TOKENS,
     MI300X_GEMM_CLOCK,

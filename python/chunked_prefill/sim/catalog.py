@@ -16,10 +16,10 @@ from .engines.errors import (
     EngineRangeError,
     ModelConfigError,
 )
+from .engines.gpu_factors import HOPPER_WEIGHT_READ_EFFICIENCY
 from .engines.gpus import (
     GPU_ALIASES,
     GPUS,
-    HOPPER_WEIGHT_READ_EFFICIENCY,
     GpuSpec,
     gpu_name,
     load_gpu_profile,
